@@ -1,0 +1,413 @@
+"""EmbeddedBackend: one SQLite file holding articles, BM25 postings and float16 context blocks.
+
+Needs no server. Every write is one SQLite transaction in WAL mode, so readers in other processes keep
+answering from the last committed state while an ``add`` runs, and a crash never leaves half an article.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from bertknn_search.backends import bm25
+from bertknn_search.backends.base import check_meta
+from bertknn_search.backends.flat import FlatIndex
+from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+from bertknn_search.stopwords import STOPWORDS
+from bertknn_search.terms import BIGRAM_JOIN, bigrams, document_text, query_terms, tokenize
+
+DB_NAME = "index.sqlite"
+SCHEMA_VERSION = "1"
+UNIGRAMS, BIGRAMS = 0, 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS articles (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT UNIQUE NOT NULL,
+    title TEXT NOT NULL,
+    title_key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    n_sentences INTEGER NOT NULL,
+    n_contexts INTEGER NOT NULL,
+    len_0 INTEGER NOT NULL,
+    len_1 INTEGER NOT NULL,
+    norm_0 INTEGER NOT NULL,
+    norm_1 INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS articles_title ON articles(title_key);
+CREATE TABLE IF NOT EXISTS contexts (
+    article INTEGER PRIMARY KEY REFERENCES articles(rowid),
+    sentences TEXT NOT NULL,
+    vectors BLOB NOT NULL,
+    token_ids BLOB NOT NULL,
+    sentence_ids BLOB NOT NULL,
+    starts BLOB NOT NULL,
+    ends BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS postings (
+    term TEXT NOT NULL, field INTEGER NOT NULL, article INTEGER NOT NULL, tf INTEGER NOT NULL,
+    PRIMARY KEY (term, field, article)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS postings_article ON postings(article);
+CREATE TABLE IF NOT EXISTS field_stats (
+    field INTEGER PRIMARY KEY, docs INTEGER NOT NULL, total_length INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO field_stats VALUES (0, 0, 0), (1, 0, 0);
+"""
+
+
+class EmbeddedBackend:
+    """The default backend: a directory holding ``index.sqlite``."""
+
+    name = "embedded"
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, meta: IndexMeta) -> None:
+        self.path = path
+        self._conn = conn
+        self._meta = meta
+        self._lock = threading.RLock()  # the ingest writer thread shares the connection
+        self._flat: FlatIndex | None = None
+
+    # -- opening ----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: Path, meta: IndexMeta) -> EmbeddedBackend:
+        """Open the index at ``path``, creating it with ``meta`` if it does not exist yet."""
+        path = Path(path)
+        if (path / DB_NAME).exists():
+            backend = cls.open(path)
+            check_meta(backend.meta(), meta, str(path))
+            return backend
+        if path.exists() and not path.is_dir():
+            raise IndexCorruptError(f"{path} is a file, not an index directory; choose another --index")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            conn = _connect(path / DB_NAME)
+            conn.executescript(SCHEMA)
+            values = {**{k: str(v) for k, v in asdict(meta).items()}, "schema_version": SCHEMA_VERSION}
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", values.items())
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('generation', '0')")
+            conn.execute("COMMIT")
+        except (OSError, sqlite3.Error) as exc:
+            raise BackendError(f"cannot create index at {path}: {exc}") from exc
+        return cls(path, conn, meta)
+
+    @classmethod
+    def open(cls, path: Path) -> EmbeddedBackend:
+        """Open an existing index.
+
+        Raises:
+            IndexNotFoundError: nothing at ``path``.
+            IndexCorruptError: ``path`` holds something that is not a readable index.
+        """
+        path = Path(path)
+        db = path / DB_NAME
+        if not db.exists():
+            if path.exists():
+                raise IndexCorruptError(f"{path} is not a bertknn-search index (no {DB_NAME}); check --index")
+            raise IndexNotFoundError(f"no index at {path}; build one with 'bertknn-search ingest wiki'")
+        try:
+            conn = _connect(db)
+            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            meta = IndexMeta(
+                model=rows["model"],
+                layer=int(rows["layer"]),
+                dim=int(rows["dim"]),
+                vocab_size=int(rows["vocab_size"]),
+                mask_policy=rows["mask_policy"],
+                store_dtype=rows.get("store_dtype", "float16"),
+            )
+        except (sqlite3.Error, KeyError, ValueError) as exc:
+            raise IndexCorruptError(
+                f"index at {path} cannot be read ({exc}); rebuild it with ingest"
+            ) from exc
+        return cls(path, conn, meta)
+
+    def meta(self) -> IndexMeta:
+        return self._meta
+
+    # -- writing ----------------------------------------------------------------------------------
+    def add_articles(self, items: Sequence[EncodedArticle]) -> None:
+        """Write or replace ``items`` in one transaction: all of them become visible at once."""
+        if not items:
+            return
+        with self._lock, self._write() as cur:
+            for item in items:
+                self._write_one(cur, item)
+            cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+    def _write_one(self, cur: sqlite3.Cursor, item: EncodedArticle) -> None:
+        art, block = item.article, item.contexts
+        if block.vectors.shape[1:] != (self._meta.dim,):
+            raise IndexMismatchError(
+                f"article {art.id!r} has vectors of shape {block.vectors.shape};"
+                f" the index dimension is {self._meta.dim}"
+            )
+        tokens = tokenize(document_text(art.title, art.text))
+        lengths = (len(tokens), max(len(tokens) - 1, 0))
+        old = cur.execute("SELECT rowid, len_0, len_1 FROM articles WHERE id = ?", (art.id,)).fetchone()
+        if old is not None:
+            rowid = old[0]
+            cur.execute("DELETE FROM postings WHERE article = ?", (rowid,))
+            _update_field_stats(cur, (old[1], old[2]), sign=-1)
+        row = (art.title, art.title.strip().lower(), item.fingerprint, len(block.sentences), len(block))
+        norms = tuple(bm25.encode_length(n) for n in lengths)
+        cur.execute(
+            "INSERT INTO articles (id, title, title_key, fingerprint, n_sentences, n_contexts,"
+            " len_0, len_1, norm_0, norm_1) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(id) DO UPDATE SET title=excluded.title, title_key=excluded.title_key,"
+            " fingerprint=excluded.fingerprint, n_sentences=excluded.n_sentences,"
+            " n_contexts=excluded.n_contexts, len_0=excluded.len_0, len_1=excluded.len_1,"
+            " norm_0=excluded.norm_0, norm_1=excluded.norm_1",
+            (art.id, *row, *lengths, *norms),
+        )
+        rowid = cur.execute("SELECT rowid FROM articles WHERE id = ?", (art.id,)).fetchone()[0]
+        _update_field_stats(cur, lengths, sign=+1)
+        # Stopword n-grams are never queried (query_terms drops them), so they get no postings; they
+        # still count in the field lengths above, as they do in OpenSearch's analyzer.
+        unigrams = Counter(t for t in tokens if t not in STOPWORDS)
+        pairs = Counter(
+            bg for bg in bigrams(tokens) if not any(part in STOPWORDS for part in bg.split(BIGRAM_JOIN))
+        )
+        cur.executemany(
+            "INSERT INTO postings VALUES (?, ?, ?, ?)",
+            [(t, UNIGRAMS, rowid, n) for t, n in unigrams.items()]
+            + [(t, BIGRAMS, rowid, n) for t, n in pairs.items()],
+        )
+        cur.execute(
+            "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                rowid,
+                json.dumps(block.sentences, ensure_ascii=False),
+                np.ascontiguousarray(block.vectors, dtype=np.float16).tobytes(),
+                block.token_ids.astype(np.int32).tobytes(),
+                block.sentence_ids.astype(np.int32).tobytes(),
+                block.starts.astype(np.int32).tobytes(),
+                block.ends.astype(np.int32).tobytes(),
+            ),
+        )
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Cursor]:
+        cur = self._conn.cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException as exc:
+            if self._conn.in_transaction:
+                self._conn.rollback()
+            if isinstance(exc, sqlite3.OperationalError):
+                raise BackendError(
+                    f"cannot write to index at {self.path}: {exc}; nothing was written"
+                ) from exc
+            raise
+
+    # -- reading ----------------------------------------------------------------------------------
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Cursor]:
+        """A read transaction: every SELECT inside sees the same committed snapshot."""
+        with self._lock:
+            cur = self._conn.cursor()
+            try:
+                cur.execute("BEGIN")
+                yield cur
+            except sqlite3.DatabaseError as exc:
+                raise IndexCorruptError(f"index at {self.path} cannot be read: {exc}") from exc
+            finally:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+
+    def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        with self._read() as cur:
+            for chunk in _chunks(list(article_ids), 500):
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT id, fingerprint FROM articles WHERE id IN ({marks})"
+                out.update(cur.execute(sql, chunk).fetchall())
+        return out
+
+    def find_title(self, title: str) -> ArticleHit | None:
+        with self._read() as cur:
+            row = cur.execute(
+                "SELECT id, title FROM articles WHERE title_key = ? ORDER BY id LIMIT 1",
+                (title.strip().lower(),),
+            ).fetchone()
+        return None if row is None else ArticleHit(row[0], row[1], float("inf"))
+
+    def search_articles(self, query: str, n: int) -> list[ArticleHit]:
+        """Top ``n`` articles by Lucene BM25 summed over the unigram and bigram fields; ties by id."""
+        unigrams, pairs = query_terms(query)
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        with self._read() as cur:
+            stats = dict((f, (d, t)) for f, d, t in cur.execute("SELECT * FROM field_stats"))
+            for field, terms in ((UNIGRAMS, unigrams), (BIGRAMS, pairs)):
+                docs, total = stats[field]
+                for term in terms if docs else []:
+                    rows = cur.execute(
+                        f"SELECT p.article, p.tf, a.norm_{field} FROM postings p JOIN articles a"
+                        " ON a.rowid = p.article WHERE p.term = ? AND p.field = ?",
+                        (term, field),
+                    ).fetchall()
+                    if rows:
+                        arr = np.array(rows, dtype=np.int64)
+                        parts.append(
+                            (arr[:, 0], bm25.term_scores(arr[:, 1], arr[:, 2], len(rows), docs, total))
+                        )
+            if not parts:
+                return []
+            ids = np.concatenate([p[0] for p in parts])
+            scores = np.concatenate([p[1] for p in parts])
+            docs_, inverse = np.unique(ids, return_inverse=True)
+            totals = np.bincount(inverse, weights=scores)
+            # Everything tied with the n-th score is fetched so the id tie-break sees all of them.
+            cut = np.sort(totals)[::-1][min(n, len(totals)) - 1]
+            keep = docs_[totals >= cut]
+            marks = ",".join("?" * len(keep))
+            names = dict(
+                (r[0], (r[1], r[2]))
+                for r in cur.execute(
+                    f"SELECT rowid, id, title FROM articles WHERE rowid IN ({marks})", keep.tolist()
+                )
+            )
+        score_of = dict(zip(docs_.tolist(), totals.tolist()))
+        hits = [ArticleHit(names[r][0], names[r][1], score_of[r]) for r in keep.tolist()]
+        hits.sort(key=lambda h: (-h.score, h.id))
+        return hits[:n]
+
+    def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
+        """Exact k nearest contexts inside ``article_ids``; None searches all contexts with FAISS."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if article_ids is None:
+            return self._flat_index().search(query, k)
+        blocks = self._load_blocks(sorted(set(article_ids)))
+        return exact_knn(query, k, blocks)
+
+    def _load_blocks(self, article_ids: Sequence[str] | None) -> list[tuple[str, dict[str, np.ndarray]]]:
+        """Context arrays per article, sorted by article id (None: every article)."""
+        sql = (
+            "SELECT a.id, c.vectors, c.token_ids, c.sentence_ids, c.starts, c.ends FROM contexts c"
+            " JOIN articles a ON a.rowid = c.article"
+        )
+        args: list[str] = []
+        if article_ids is not None:
+            sql += f" WHERE a.id IN ({','.join('?' * len(article_ids))})"
+            args = list(article_ids)
+        dim = self._meta.dim
+        with self._read() as cur:
+            rows = cur.execute(sql + " ORDER BY a.id", args).fetchall()
+        return [
+            (
+                aid,
+                {
+                    "vectors": np.frombuffer(v, dtype=np.float16).reshape(-1, dim),
+                    "token_ids": np.frombuffer(t, dtype=np.int32),
+                    "sentence_ids": np.frombuffer(s, dtype=np.int32),
+                    "starts": np.frombuffer(a, dtype=np.int32),
+                    "ends": np.frombuffer(e, dtype=np.int32),
+                },
+            )
+            for aid, v, t, s, a, e in rows
+        ]
+
+    def _flat_index(self) -> FlatIndex:
+        with self._read() as cur:
+            generation = int(cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+        if self._flat is None or self._flat.generation != generation:
+            self._flat = FlatIndex.build(self._load_blocks(None), self._meta.dim, generation)
+        return self._flat
+
+    def sentences(self, refs: Sequence[tuple[str, int]]) -> list[str]:
+        wanted = sorted({aid for aid, _ in refs})
+        with self._read() as cur:
+            marks = ",".join("?" * len(wanted))
+            rows = cur.execute(
+                f"SELECT a.id, c.sentences FROM contexts c JOIN articles a ON a.rowid = c.article"
+                f" WHERE a.id IN ({marks})",
+                wanted,
+            ).fetchall()
+        texts = {aid: json.loads(s) for aid, s in rows}
+        return [texts[aid][i] if aid in texts and i < len(texts[aid]) else "" for aid, i in refs]
+
+    def titles(self, article_ids: Sequence[str]) -> dict[str, str]:
+        ids = list(dict.fromkeys(article_ids))
+        with self._read() as cur:
+            marks = ",".join("?" * len(ids))
+            return dict(cur.execute(f"SELECT id, title FROM articles WHERE id IN ({marks})", ids).fetchall())
+
+    def stats(self) -> IndexStats:
+        with self._read() as cur:
+            articles, sentences, contexts = cur.execute(
+                "SELECT COUNT(*), COALESCE(SUM(n_sentences), 0), COALESCE(SUM(n_contexts), 0) FROM articles"
+            ).fetchone()
+        size = sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
+        return IndexStats("embedded", str(self.path), articles, sentences, contexts, size, self._meta)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def exact_knn(query: np.ndarray, k: int, blocks: list[tuple[str, dict[str, np.ndarray]]]) -> Neighbors:
+    """Exact k nearest rows of ``blocks`` to ``query`` by squared L2.
+
+    Ties are broken by (article id, sentence, start), the order both backends use.
+    """
+    blocks = [(aid, b) for aid, b in blocks if len(b["token_ids"])]
+    if not blocks:
+        return Neighbors.empty()
+    keys = np.concatenate([b["vectors"] for _, b in blocks]).astype(np.float32)
+    owner = np.concatenate([np.full(len(b["token_ids"]), i) for i, (_, b) in enumerate(blocks)])
+    cols = {
+        name: np.concatenate([b[name] for _, b in blocks])
+        for name in ("token_ids", "sentence_ids", "starts", "ends")
+    }
+    diff = keys - query[None, :]
+    dist = np.einsum("ij,ij->i", diff, diff)
+    if k < len(dist):
+        cut = np.partition(dist, k - 1)[k - 1]
+        pool = np.flatnonzero(dist <= cut)
+    else:
+        pool = np.arange(len(dist))
+    order = pool[np.lexsort((cols["starts"][pool], cols["sentence_ids"][pool], owner[pool], dist[pool]))][:k]
+    return Neighbors(
+        distances=dist[order].astype(np.float32),
+        token_ids=cols["token_ids"][order].astype(np.int64),
+        article_ids=[blocks[i][0] for i in owner[order]],
+        sentence_ids=cols["sentence_ids"][order],
+        starts=cols["starts"][order],
+        ends=cols["ends"][order],
+    )
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    # check_same_thread=False: the ingest pipeline writes from one background thread, under self._lock.
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False, timeout=60.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+def _update_field_stats(cur: sqlite3.Cursor, lengths: tuple[int, int], sign: int) -> None:
+    for field, length in enumerate(lengths):
+        if length:
+            cur.execute(
+                "UPDATE field_stats SET docs = docs + ?, total_length = total_length + ? WHERE field = ?",
+                (sign, sign * length, field),
+            )
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,334 @@
+"""The ``bertknn-search`` command line: each command parses, builds a Config, calls one function, renders."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from bertknn_search.config import BACKENDS, DISTANCES, MASK_POLICIES, Config
+from bertknn_search.errors import BertKnnError, IndexMismatchError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RESUME_HINT = "interrupted; nothing half-written is kept: run the same command again to resume"
+
+
+class Group(click.Group):
+    """Turns library errors into one-line messages (exit 1) and Ctrl-C into a resume hint (exit 130)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BertKnnError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except KeyboardInterrupt:
+            click.echo(f"\n{RESUME_HINT}", err=True)
+            sys.exit(130)
+
+
+def index_options(f: F) -> F:
+    """Where the index is: shared by every command that opens one."""
+    options = [
+        click.option(
+            "--index",
+            type=click.Path(path_type=Path),
+            help="Embedded index directory [env BERTKNN_INDEX; default ./bertknn-index].",
+        ),
+        click.option(
+            "--backend",
+            type=click.Choice(BACKENDS),
+            help="Storage backend [env BERTKNN_BACKEND; default embedded].",
+        ),
+        click.option(
+            "--opensearch-url",
+            help="OpenSearch URL [env OPENSEARCH_URL]; credentials from OPENSEARCH_USER/OPENSEARCH_PASSWORD.",
+        ),
+        click.option(
+            "--opensearch-ca",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="CA bundle for TLS [env OPENSEARCH_CA].",
+        ),
+        click.option("--insecure", is_flag=True, help="Do not verify the OpenSearch TLS certificate."),
+        click.option("--opensearch-prefix", help="Index name prefix in OpenSearch [default bertknn]."),
+    ]
+    return functools.reduce(lambda g, opt: opt(g), reversed(options), f)
+
+
+def model_options(f: F) -> F:
+    """Which encoder: for a new index these are used, for an existing one they must match it."""
+    options = [
+        click.option(
+            "--model",
+            help="HF checkpoint name or local path [default: the index's; bert-base-uncased for a new one].",
+        ),
+        click.option(
+            "--layer", type=click.IntRange(min=1), help="Hidden layer whose state is the key [default 11]."
+        ),
+        click.option("--device", help="cpu, cuda, cuda:N or auto [default auto: a GPU when there is one]."),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            help="Masked sentences per forward pass [default 128].",
+        ),
+    ]
+    return functools.reduce(lambda g, opt: opt(g), reversed(options), f)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per line).")
+
+
+def make_config(model: str | None = None, insecure: bool = False, **flags: Any) -> Config:
+    """The one place flags and environment variables become a Config (flags win)."""
+    if model is not None and Path(model).exists():
+        model = str(Path(model).resolve())  # the index records it; later commands may run elsewhere
+    verify = False if insecure else None
+    return Config.from_env(model=model, opensearch_verify=verify, **flags)
+
+
+def adopt_index(config: Config, model_given: bool, layer_given: bool) -> Config:
+    """Take model, layer and mask policy from an existing index; given flags must agree with it."""
+    from bertknn_search.backends import open_backend
+
+    backend = open_backend(config)
+    try:
+        meta = backend.meta()
+    finally:
+        backend.close()
+    for name, given in (("model", model_given), ("layer", layer_given)):
+        if given and getattr(config, name) != getattr(meta, name):
+            raise IndexMismatchError(
+                f"index at {config.index} was built with {name}={getattr(meta, name)!r}, not"
+                f" {getattr(config, name)!r}; drop --{name} or use another --index"
+            )
+    return config.replace(model=meta.model, layer=meta.layer, mask_policy=meta.mask_policy)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bertknn-search")
+def main() -> None:
+    """Answer cloze questions with BERT-kNN: BERT interpolated with a kNN over Wikipedia contexts.
+
+    Example: bertknn-search query "Albert Einstein was born in [MASK]."
+    """
+
+
+@main.group()
+def ingest() -> None:
+    """Build an index from a corpus."""
+
+
+def _ingest_options(f: F) -> F:
+    options = [
+        click.argument("source", type=click.Path(exists=True, path_type=Path)),
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["xml", "jsonl", "parquet", "wikiextractor"]),
+            help="Input format [default: detected].",
+        ),
+        click.option("--limit", type=click.IntRange(min=1), help="Stop after this many articles."),
+        click.option("--no-progress", is_flag=True, help="No progress bar."),
+        json_option,
+    ]
+    return functools.reduce(lambda g, opt: opt(g), reversed(options), f)
+
+
+@ingest.command("wiki")
+@_ingest_options
+@model_options
+@click.option(
+    "--mask-policy",
+    type=click.Choice(MASK_POLICIES),
+    help="Which words get a context [default single-wordpiece].",
+)
+@click.option(
+    "--max-length",
+    type=click.IntRange(min=8),
+    help="Model input limit; longer sentences are windowed [default 512].",
+)
+@index_options
+def ingest_wiki(
+    source: Path, fmt: str | None, limit: int | None, no_progress: bool, as_json: bool, **flags: Any
+) -> None:
+    """Ingest a Wikipedia dump (XML .bz2, JSONL, parquet or WikiExtractor output) into an index.
+
+    Interrupted or crashed runs resume: run the same command again.
+
+    Example: bertknn-search ingest wiki enwiki-latest-pages-articles1.xml.bz2 --limit 1000
+    """
+    from bertknn_search.ingest.pipeline import ingest as run_ingest
+
+    config = make_config(**flags)
+    summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=not no_progress)
+    _print_summary(summary, config, as_json, "ingested")
+
+
+@main.command()
+@_ingest_options
+@model_options
+@index_options
+def add(
+    source: Path, fmt: str | None, limit: int | None, no_progress: bool, as_json: bool, **flags: Any
+) -> None:
+    """Add or replace articles in an existing index while it serves; answerable when this returns.
+
+    Example: bertknn-search add new-articles.jsonl
+    """
+    from bertknn_search.ingest.pipeline import add_articles
+
+    config = make_config(**flags)
+    config = adopt_index(config, flags["model"] is not None, flags["layer"] is not None)
+    summary = add_articles(source, config, limit=limit, fmt=fmt, progress=not no_progress)
+    _print_summary(summary, config, as_json, "added")
+
+
+def _print_summary(summary: Any, config: Config, as_json: bool, verb: str) -> None:
+    from bertknn_search.output import to_json
+
+    if as_json:
+        click.echo(to_json(summary))
+        return
+    where = config.opensearch_url if config.backend == "opensearch" else config.index
+    click.echo(
+        f"{verb} {summary.articles:,} articles ({summary.reused:,} already stored, {summary.empty:,} empty"
+        f" skipped): {summary.sentences:,} sentences, {summary.contexts:,} contexts in"
+        f" {summary.seconds:.1f} s ({summary.contexts_per_second:,.0f} contexts/s) into {where}"
+    )
+
+
+@main.command()
+@click.argument("questions", nargs=-1)
+@click.option(
+    "--file",
+    "qfile",
+    type=click.File("r", encoding="utf-8"),
+    help="Questions, one per line ('-' for stdin); a tab may separate a subject.",
+)
+@click.option("--subject", help="The fact's subject: its own article is searched when a title matches.")
+@click.option("--top", type=click.IntRange(min=1, max=1000), help="Answers to show per ranking [default 10].")
+@click.option("-k", "k", type=click.IntRange(min=1, max=100_000), help="Neighbours [default 128].")
+@click.option("--n-articles", type=click.IntRange(min=1, max=1000), help="Articles searched [default 3].")
+@click.option("--lambda", "lam", type=click.FloatRange(0.0, 1.0), help="Weight of kNN [default 0.3].")
+@click.option(
+    "--temperature", type=click.FloatRange(min=0.0, min_open=True), help="The paper's l [default 6]."
+)
+@click.option("--distance", type=click.Choice(DISTANCES), help="Distance in exp(-d/l) [default squared-l2].")
+@click.option(
+    "--no-ir", is_flag=True, help="Search every context instead of the top articles' (the paper's ablation)."
+)
+@click.option(
+    "--settings",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Tuned settings JSON (from 'eval grid').",
+)
+@json_option
+@model_options
+@index_options
+def query(
+    questions: tuple[str, ...],
+    qfile: Any,
+    subject: str | None,
+    no_ir: bool,
+    settings: Path | None,
+    as_json: bool,
+    **flags: Any,
+) -> None:
+    """Answer cloze questions: BERT-kNN, BERT and kNN rankings, the articles used and the evidence.
+
+    Example: bertknn-search query "Albert Einstein was born in [MASK]." --subject "Albert Einstein"
+    """
+    from bertknn_search.output import render_answer, to_json
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+
+    asked = [Question(q, subject) for q in questions] + list(_read_questions(qfile))
+    if not asked:
+        raise click.UsageError("give a question, or --file with one question per line")
+    config = make_config(use_ir=False if no_ir else None, **flags)
+    if settings is not None:
+        config = config.with_settings_file(settings)
+        config = config.replace(
+            **{k: v for k, v in flags.items() if v is not None and k in config.method_settings()}
+        )
+    config = adopt_index(config, flags["model"] is not None, flags["layer"] is not None)
+    searcher = Searcher.open(config)
+    try:
+        for lo in range(0, len(asked), config.batch_size):
+            for answer in searcher.answer_batch(asked[lo : lo + config.batch_size]):
+                click.echo(to_json(answer) if as_json else render_answer(answer, config.top) + "\n")
+    finally:
+        searcher.close()
+
+
+def _read_questions(stream: Any) -> Iterator[Any]:
+    from bertknn_search.records import Question
+
+    if stream is None:
+        return
+    for line in stream:
+        if not line.strip():
+            continue
+        text, _, subject = line.rstrip("\n").partition("\t")
+        yield Question(text.strip(), subject.strip() or None)
+
+
+@main.command()
+@json_option
+@index_options
+def stats(as_json: bool, **flags: Any) -> None:
+    """Show what the index holds: articles, contexts, model, layer, bytes on disk.
+
+    Example: bertknn-search stats --index ./bertknn-index
+    """
+    from bertknn_search.backends import open_backend
+    from bertknn_search.output import render_stats, to_json
+
+    backend = open_backend(make_config(**flags))
+    try:
+        result = backend.stats()
+    finally:
+        backend.close()
+    click.echo(to_json(result) if as_json else render_stats(result))
+
+
+@main.command()
+@click.option(
+    "--dir",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("demo"),
+    show_default=True,
+    help="Where the demo model, corpus and index go.",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def demo(out: Path, no_progress: bool) -> None:
+    """Build a tiny model and a corpus of invented facts, ingest it and answer questions about it.
+
+    Runs offline in seconds. BERT cannot know the invented facts; kNN over the ingested contexts can.
+
+    Example: bertknn-search demo --dir ./demo
+    """
+    from bertknn_search.demo import prepare_demo
+    from bertknn_search.ingest.pipeline import ingest as run_ingest
+    from bertknn_search.output import render_answer
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+
+    files = prepare_demo(out)
+    config = make_config(model=str(files.model), index=out / "index", device="cpu", max_length=64)
+    summary = run_ingest(files.corpus, config, progress=not no_progress)
+    _print_summary(summary, config, False, "ingested")
+    searcher = Searcher.open(config)
+    try:
+        for answer in searcher.answer_batch([Question(q, s) for q, s in files.questions]):
+            click.echo("\n" + render_answer(answer, 5))
+    finally:
+        searcher.close()
+    click.echo(
+        f'\nTry: bertknn-search query --index {config.index} "Mirvane was born in [MASK]." --subject Mirvane'
+    )

@@ -1,0 +1,122 @@
+"""Config: every setting of the method and the product in one frozen dataclass."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertknn_search.errors import ConfigError
+
+MASK_POLICIES = ("single-wordpiece", "single-wordpiece-no-stopwords")
+STORE_DTYPES = ("float16", "int8")
+DISTANCES = ("squared-l2", "l2")
+BACKENDS = ("embedded", "opensearch")
+
+
+@dataclass(frozen=True)
+class Config:
+    """All settings. Defaults are the paper's values (Kassner & Schütze 2020, appendix C).
+
+    The paper's symbols: N = ``n_articles``, k = ``k``, l = ``temperature``, λ = ``lam``.
+    """
+
+    # The method.
+    model: str = "bert-base-uncased"
+    layer: int = 11
+    n_articles: int = 3
+    k: int = 128
+    temperature: float = 6.0
+    lam: float = 0.3
+    # The reference code tuned l=6 on FAISS IndexFlatL2 output, which is the squared distance.
+    distance: str = "squared-l2"
+    use_ir: bool = True
+    mask_policy: str = "single-wordpiece"
+    max_length: int = 512
+
+    # Where the index lives.
+    backend: str = "embedded"
+    index: Path = Path("bertknn-index")
+    opensearch_url: str | None = None
+    opensearch_user: str | None = None
+    opensearch_password: str | None = field(default=None, repr=False)
+    opensearch_ca: Path | None = None
+    opensearch_verify: bool = True
+    opensearch_prefix: str = "bertknn"
+    store_dtype: str = "float16"
+
+    # How the work runs.
+    device: str = "auto"
+    batch_size: int = 128
+    top: int = 10
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.layer >= 1, f"--layer must be >= 1, got {self.layer}"),
+            (self.n_articles >= 1, f"--n-articles must be >= 1, got {self.n_articles}"),
+            (self.k >= 1, f"-k must be >= 1, got {self.k}"),
+            (self.temperature > 0, f"--temperature must be > 0, got {self.temperature}"),
+            (0.0 <= self.lam <= 1.0, f"--lambda must be in [0, 1], got {self.lam}"),
+            (self.top >= 1, f"--top must be >= 1, got {self.top}"),
+            (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
+            (self.max_length >= 8, f"--max-length must be >= 8, got {self.max_length}"),
+            (self.distance in DISTANCES, f"distance must be one of {DISTANCES}, got {self.distance!r}"),
+            (self.mask_policy in MASK_POLICIES, f"mask policy must be one of {MASK_POLICIES}"),
+            (self.store_dtype in STORE_DTYPES, f"store dtype must be one of {STORE_DTYPES}"),
+            (self.backend in BACKENDS, f"--backend must be one of {BACKENDS}, got {self.backend!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    def replace(self, **changes: Any) -> Config:
+        """Return a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+        """Build a Config from ``BERTKNN_*``/``OPENSEARCH_*`` variables, then ``overrides`` (flags win).
+
+        ``None`` overrides are ignored so that unset CLI flags fall back to the environment.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        from_env = {
+            "BERTKNN_INDEX": ("index", Path),
+            "BERTKNN_BACKEND": ("backend", str),
+            "BERTKNN_MODEL": ("model", str),
+            "BERTKNN_DEVICE": ("device", str),
+            "OPENSEARCH_URL": ("opensearch_url", str),
+            "OPENSEARCH_USER": ("opensearch_user", str),
+            "OPENSEARCH_PASSWORD": ("opensearch_password", str),
+            "OPENSEARCH_CA": ("opensearch_ca", Path),
+        }
+        for var, (name, kind) in from_env.items():
+            if env.get(var):
+                values[name] = kind(env[var])
+        if env.get("OPENSEARCH_VERIFY", "").lower() in {"0", "false", "no"}:
+            values["opensearch_verify"] = False
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def method_settings(self) -> dict[str, Any]:
+        """The query-time settings a tuned config file may set (see ``load_settings``)."""
+        return {name: getattr(self, name) for name in TUNABLE}
+
+    def with_settings_file(self, path: Path) -> Config:
+        """Apply a JSON file of tuned settings (as written by ``eval grid``)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
+        unknown = set(data) - set(TUNABLE)
+        if unknown:
+            raise ConfigError(f"settings file {path} has unknown keys {sorted(unknown)}; allowed: {TUNABLE}")
+        return self.replace(**data)
+
+
+TUNABLE = ("n_articles", "k", "temperature", "lam", "distance", "use_ir")

@@ -1,0 +1,211 @@
+"""Encoder: text -> hidden states at [MASK] (the kNN keys and queries) and p_BERT."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from bertknn_search.errors import ModelLoadError, QuestionError
+
+MASK = "[MASK]"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the encoder runs: the torch device and the compute dtype chosen for it."""
+
+    device: Any  # torch.device; typed loosely so that importing this module does not import torch
+    dtype: Any
+
+
+def place(device: str) -> Placement:
+    """Choose device and dtype: bf16 on a GPU (tensor cores, fp32 range), fp32 on the CPU.
+
+    This is the one place that branches on the device kind.
+    """
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"--device {device} asked for, but no CUDA GPU is available; use --device cpu")
+    return Placement(dev, torch.bfloat16 if dev.type == "cuda" else torch.float32)
+
+
+class Encoder:
+    """A masked language model loaded from an HF checkpoint name or a local path.
+
+    Two views of the same weights, each loaded on first use:
+    - ``trunk``: only the first ``layer`` blocks, for datastore keys (ingest never needs the rest);
+    - ``mlm``: the whole model, for queries (hidden state at ``layer`` and p_BERT in one pass).
+    """
+
+    def __init__(self, model: str, layer: int, device: str = "auto", max_length: int = 512) -> None:
+        self.model_name = model
+        self.layer = layer
+        self.requested_device = device
+        self.max_length = max_length
+        try:
+            from transformers import AutoConfig, AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True)
+            self.model_config = AutoConfig.from_pretrained(model)
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(
+                f"cannot load model {model!r}: {first} (give a local path or a cached HF name)"
+            ) from exc
+        n_layers = int(getattr(self.model_config, "num_hidden_layers", 0))
+        if not 1 <= layer <= n_layers:
+            raise ModelLoadError(f"--layer {layer} is out of range: model {model!r} has {n_layers} layers")
+        if self.tokenizer.mask_token_id is None:
+            raise ModelLoadError(f"model {model!r} has no mask token; a masked language model is needed")
+        self.max_length = min(max_length, int(getattr(self.model_config, "max_position_embeddings", 512)))
+
+    # -- facts about the model -------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        return int(self.model_config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model_config.vocab_size)
+
+    @cached_property
+    def vocab(self) -> list[str]:
+        """Token string of each id."""
+        words = [""] * self.vocab_size
+        for word, idx in self.tokenizer.get_vocab().items():
+            if 0 <= idx < self.vocab_size:
+                words[idx] = word
+        return words
+
+    def single_token_id(self, word: str) -> int | None:
+        """The id of ``word`` if the tokenizer turns it into exactly one token, else None."""
+        ids = self.tokenizer(word, add_special_tokens=False)["input_ids"]
+        return int(ids[0]) if len(ids) == 1 else None
+
+    @cached_property
+    def placement(self) -> Placement:
+        return place(self.requested_device)
+
+    # -- the two views -----------------------------------------------------------------------------
+    def _load(self, **overrides: Any) -> Any:
+        from transformers import AutoModelForMaskedLM
+        from transformers.utils import logging as hf_logging
+
+        # The trunk deliberately leaves the top blocks unloaded; the load report would list them as
+        # "unexpected" keys, which is noise to a user, so it is silenced for the load alone.
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            model = AutoModelForMaskedLM.from_pretrained(
+                self.model_name, attn_implementation="sdpa", dtype=self.placement.dtype, **overrides
+            )
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(
+                f"cannot load weights of {self.model_name!r}: {exc}".splitlines()[0]
+            ) from exc
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+        return model.to(self.placement.device).eval()
+
+    @cached_property
+    def trunk(self) -> Any:
+        """The base model cut after block ``layer``: its last hidden state is the datastore key."""
+        return self._load(num_hidden_layers=self.layer).base_model
+
+    @cached_property
+    def mlm(self) -> Any:
+        return self._load()
+
+    # -- keys (ingest) -----------------------------------------------------------------------------
+    def key_states(self, rows: Sequence[Sequence[int]], mask_positions: Sequence[int]) -> np.ndarray:
+        """Hidden states of block ``layer`` at the mask, one per row.
+
+        Args:
+            rows: token ids with special tokens, one [MASK] each; lengths may differ (padded here).
+            mask_positions: index of the [MASK] in each row.
+
+        Returns:
+            (len(rows), dim) float16.
+        """
+        import torch
+
+        if not rows:
+            return np.zeros((0, self.dim), np.float16)
+        ids, attention = self._pad(rows)
+        dev = self.placement.device
+        with torch.inference_mode():
+            out = self.trunk(
+                input_ids=ids.to(dev, non_blocking=True),
+                attention_mask=attention.to(dev, non_blocking=True),
+            )
+            pos = torch.as_tensor(mask_positions, device=dev)
+            states = out.last_hidden_state[torch.arange(len(rows), device=dev), pos]
+            return states.to(torch.float16).cpu().numpy()
+
+    def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+        import torch
+
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
+            attention[i, : len(row)] = 1
+        if self.placement.device.type == "cuda":
+            # Pinned host memory lets the copy to the GPU overlap with the previous batch's compute.
+            ids, attention = ids.pin_memory(), attention.pin_memory()
+        return ids, attention
+
+    # -- queries -----------------------------------------------------------------------------------
+    def prepare(self, question: str) -> list[int]:
+        """Token ids of a cloze question with its single [MASK], special tokens included.
+
+        Raises:
+            QuestionError: no [MASK], several, or nothing else in the question.
+        """
+        text = question.strip()
+        count = text.count(MASK)
+        if not text:
+            raise QuestionError("the question is empty; write a sentence with one [MASK]")
+        if count != 1:
+            raise QuestionError(f"the question must contain exactly one {MASK}, found {count}: {text!r}")
+        text = text.replace(MASK, self.tokenizer.mask_token)
+        ids = self.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"]
+        if len(ids) > self.max_length:
+            raise QuestionError(f"the question is {len(ids)} tokens long; the model takes {self.max_length}")
+        return list(ids)
+
+    def query(self, questions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Query states and p_BERT for a batch of cloze questions.
+
+        Returns:
+            states: (B, dim) float32, hidden state of block ``layer`` at [MASK].
+            p_bert: (B, vocab_size) float32, softmax of the MLM logits at [MASK] over the whole vocabulary.
+        """
+        import torch
+
+        rows = [self.prepare(q) for q in questions]
+        if not rows:
+            return np.zeros((0, self.dim), np.float32), np.zeros((0, self.vocab_size), np.float32)
+        mask_id = self.tokenizer.mask_token_id
+        positions = [row.index(mask_id) for row in rows]
+        ids, attention = self._pad(rows)
+        dev = self.placement.device
+        with torch.inference_mode():
+            out = self.mlm(input_ids=ids.to(dev), attention_mask=attention.to(dev), output_hidden_states=True)
+            index = (torch.arange(len(rows), device=dev), torch.as_tensor(positions, device=dev))
+            states = out.hidden_states[self.layer][index].float()
+            p_bert = torch.softmax(out.logits[index].float(), dim=-1)
+        return states.cpu().numpy(), p_bert.cpu().numpy()

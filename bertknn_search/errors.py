@@ -1,0 +1,39 @@
+"""Errors the library raises; each message is one line saying what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class BertKnnError(Exception):
+    """Base class: the CLI turns these into a one-line message and exit code 1."""
+
+
+class ConfigError(BertKnnError):
+    """A setting is out of range or contradicts another."""
+
+
+class QuestionError(BertKnnError):
+    """A question cannot be answered as asked (no [MASK], several, empty)."""
+
+
+class IndexNotFoundError(BertKnnError):
+    """No index exists where one was expected."""
+
+
+class IndexCorruptError(BertKnnError):
+    """The index exists but cannot be read."""
+
+
+class IndexMismatchError(BertKnnError):
+    """The index was built with another model, layer or dimension than the one asked for."""
+
+
+class InputFormatError(BertKnnError):
+    """A corpus or dataset file cannot be read: unknown format, truncated, not UTF-8."""
+
+
+class ModelLoadError(BertKnnError):
+    """The masked language model or its tokenizer cannot be loaded."""
+
+
+class BackendError(BertKnnError):
+    """The storage backend failed (disk full, cluster unreachable after retries, bulk rejected)."""

@@ -1,0 +1,167 @@
+"""Plain records that flow between the stages: corpus -> contexts -> store; question -> answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Article:
+    """One article of the corpus. ``id`` is stable across re-ingests (the dump's page id)."""
+
+    id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ContextBlock:
+    """All contexts of one article, as parallel arrays (one row per masked word occurrence).
+
+    Attributes:
+        sentences: the article's sentences, in order; rows point into it.
+        vectors: (n, dim) float16, hidden state of ``layer`` at the mask.
+        token_ids: (n,) int32, the masked wordpiece (the kNN value).
+        sentence_ids: (n,) int32, index into ``sentences``.
+        starts, ends: (n,) int32, character span of the word inside its sentence.
+    """
+
+    sentences: list[str]
+    vectors: np.ndarray
+    token_ids: np.ndarray
+    sentence_ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    @classmethod
+    def empty(cls, dim: int, sentences: list[str] | None = None) -> ContextBlock:
+        ints = np.zeros(0, dtype=np.int32)
+        return cls(
+            sentences or [], np.zeros((0, dim), np.float16), ints, ints.copy(), ints.copy(), ints.copy()
+        )
+
+
+@dataclass(frozen=True)
+class EncodedArticle:
+    """An article with its contexts, ready to be written by a backend in one atomic step."""
+
+    article: Article
+    contexts: ContextBlock
+    fingerprint: str  # hash of the text and the encoding settings: equal means nothing to redo
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """What an index was built with; every open checks it against the Config."""
+
+    model: str
+    layer: int
+    dim: int
+    vocab_size: int
+    mask_policy: str
+    store_dtype: str = "float16"
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    """What an index holds."""
+
+    backend: str
+    location: str
+    articles: int
+    sentences: int
+    contexts: int
+    bytes_on_disk: int
+    meta: IndexMeta
+
+
+@dataclass(frozen=True)
+class ArticleHit:
+    """An article returned by the IR step."""
+
+    id: str
+    title: str
+    score: float
+
+
+@dataclass(frozen=True)
+class Neighbors:
+    """The k nearest stored contexts of one query vector, nearest first.
+
+    Attributes:
+        distances: (k,) float32, squared L2 distances.
+        token_ids: (k,) int64, the stored value of each neighbour.
+        article_ids: the article of each neighbour.
+        sentence_ids, starts, ends: (k,) int32, where to find the sentence and the word.
+    """
+
+    distances: np.ndarray
+    token_ids: np.ndarray
+    article_ids: list[str]
+    sentence_ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.distances.shape[0])
+
+    @classmethod
+    def empty(cls) -> Neighbors:
+        ints = np.zeros(0, dtype=np.int32)
+        return cls(np.zeros(0, np.float32), np.zeros(0, np.int64), [], ints, ints.copy(), ints.copy())
+
+
+@dataclass(frozen=True)
+class Question:
+    """A cloze question with exactly one [MASK]; ``subject`` picks the IR query for KB facts."""
+
+    text: str
+    subject: str | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One ranked answer word with its probability."""
+
+    word: str
+    token_id: int
+    prob: float
+
+
+@dataclass(frozen=True)
+class EvidenceSentence:
+    """A stored context that voted for an answer."""
+
+    article_id: str
+    title: str
+    sentence: str
+    start: int
+    end: int
+    distance: float
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The sentences that voted for one of the top answers, nearest first."""
+
+    word: str
+    sentences: list[EvidenceSentence] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a query returns: the three rankings, the articles used and the evidence."""
+
+    question: str
+    subject: str | None
+    articles: list[ArticleHit]
+    bert_knn: list[Prediction]
+    bert: list[Prediction]
+    knn: list[Prediction]
+    evidence: list[Evidence]
+    n_neighbors: int

@@ -1,0 +1,43 @@
+"""The IR vocabulary shared by both backends: normalised unigrams and word bigrams of a text.
+
+Both backends index exactly these strings (OpenSearch receives them pre-tokenised and splits on
+whitespace), so the article ranking cannot drift apart through two different analyzers.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from itertools import pairwise
+
+from bertknn_search.stopwords import STOPWORDS
+
+_TOKEN = re.compile(r"[^\W_]+")
+BIGRAM_JOIN = "_"
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercased runs of Unicode letters/digits after NFD normalisation (DrQA's simple tokenizer)."""
+    return _TOKEN.findall(unicodedata.normalize("NFD", text).lower())
+
+
+def bigrams(tokens: list[str]) -> list[str]:
+    """Every adjacent pair, joined by ``BIGRAM_JOIN`` (what OpenSearch's shingle filter emits)."""
+    return [f"{a}{BIGRAM_JOIN}{b}" for a, b in pairwise(tokens)]
+
+
+def query_terms(text: str) -> tuple[list[str], list[str]]:
+    """The unigrams and bigrams a query searches for: no stopword n-grams, each term once, in order.
+
+    Returns:
+        (unigrams, bigrams) with duplicates and any n-gram containing a stopword removed.
+    """
+    tokens = tokenize(text)
+    unigrams = [t for t in tokens if t not in STOPWORDS]
+    pairs = [f"{a}{BIGRAM_JOIN}{b}" for a, b in pairwise(tokens) if a not in STOPWORDS and b not in STOPWORDS]
+    return list(dict.fromkeys(unigrams)), list(dict.fromkeys(pairs))
+
+
+def document_text(title: str, text: str) -> str:
+    """The text an article is indexed under: its title line, then its body."""
+    return f"{title}\n{text}"

@@ -1,0 +1,1 @@
+"""Corpus ingest: readers -> sentences -> contexts -> store."""

@@ -1,0 +1,141 @@
+"""Ingest pipeline: corpus -> sentences -> contexts -> store, resumable article by article."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertknn_search.ingest.contexts import build_blocks, encode_rows, fingerprint, make_rows
+from bertknn_search.ingest.readers import read_articles
+from bertknn_search.ingest.sentences import split_sentences
+from tqdm import tqdm
+
+from bertknn_search.backends import open_backend
+from bertknn_search.backends.base import Backend, check_meta
+from bertknn_search.config import Config
+from bertknn_search.encoder import Encoder
+from bertknn_search.records import Article, IndexMeta
+
+CHUNK_CHARS = 60_000  # articles are encoded together up to this much text, so batches mix sentences
+CHUNK_ARTICLES = 64
+MAX_PENDING_WRITES = 2  # encoded chunks waiting for the writer thread; bounds memory
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    """What one ingest or add run did."""
+
+    articles: int  # written by this run
+    reused: int  # already stored with the same fingerprint (a resumed run skips them)
+    empty: int  # skipped: no text
+    sentences: int
+    contexts: int
+    seconds: float
+
+    @property
+    def contexts_per_second(self) -> float:
+        return self.contexts / self.seconds if self.seconds > 0 else 0.0
+
+
+def index_meta(config: Config, encoder: Encoder) -> IndexMeta:
+    return IndexMeta(
+        config.model, config.layer, encoder.dim, encoder.vocab_size, config.mask_policy, config.store_dtype
+    )
+
+
+def ingest(
+    source: Path,
+    config: Config,
+    *,
+    limit: int | None = None,
+    fmt: str | None = None,
+    progress: bool = True,
+    existing_only: bool = False,
+) -> IngestSummary:
+    """Build (or extend) the index ``config`` names from a corpus file or directory.
+
+    Re-running the same command after a crash or Ctrl-C skips every article already stored with the
+    same fingerprint and finishes the rest; an article whose text changed is replaced.
+
+    Args:
+        source: a Wikipedia XML dump, JSONL, parquet or WikiExtractor output (see ``read_articles``).
+        config: model, layer, index location, batch size, device.
+        limit: stop after this many articles read.
+        fmt: force the input format instead of detecting it.
+        progress: show a progress bar on stderr.
+        existing_only: the index must already exist (the ``add`` command).
+
+    Raises:
+        InputFormatError, ModelLoadError, IndexNotFoundError, IndexMismatchError, BackendError.
+    """
+    started = time.perf_counter()
+    if existing_only:
+        backend = open_backend(config)
+    encoder = Encoder(config.model, config.layer, config.device, config.max_length)
+    meta = index_meta(config, encoder)
+    if existing_only:
+        check_meta(backend.meta(), meta, str(config.index))
+    else:
+        backend = open_backend(config, create=meta)
+    counts = {"articles": 0, "reused": 0, "empty": 0, "sentences": 0, "contexts": 0}
+    bar = tqdm(desc="ingest", unit=" articles", disable=not progress, dynamic_ncols=True)
+    pending: deque[Future[None]] = deque()
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
+            for chunk in _chunks(read_articles(source, limit=limit, fmt=fmt)):
+                todo = _still_to_do(chunk, backend, config, counts)
+                if todo:
+                    sentences = [split_sentences(a.text) for a in todo]
+                    rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length)
+                    vectors = encode_rows(rows, encoder, config.batch_size)
+                    items = build_blocks(todo, sentences, rows, vectors, config)
+                    # Writes run beside the next chunk's encoding; the queue bound keeps memory flat.
+                    pending.append(writer.submit(backend.add_articles, items))
+                    while len(pending) > MAX_PENDING_WRITES:
+                        pending.popleft().result()
+                    counts["articles"] += len(todo)
+                    counts["sentences"] += sum(len(s) for s in sentences)
+                    counts["contexts"] += len(rows)
+                bar.update(len(chunk))
+                elapsed = time.perf_counter() - started
+                bar.set_postfix(contexts=counts["contexts"], ctx_per_s=f"{counts['contexts'] / elapsed:.0f}")
+            while pending:
+                pending.popleft().result()
+    finally:
+        bar.close()
+        backend.close()
+    return IngestSummary(**counts, seconds=time.perf_counter() - started)
+
+
+def add_articles(source: Path, config: Config, **options: object) -> IngestSummary:
+    """Add (or replace) the articles of ``source`` in an existing index; answerable on return."""
+    return ingest(source, config, existing_only=True, **options)  # type: ignore[arg-type]
+
+
+def _still_to_do(
+    chunk: list[Article], backend: Backend, config: Config, counts: dict[str, int]
+) -> list[Article]:
+    latest = {a.id: a for a in chunk}  # an id seen twice in one chunk: the later text wins
+    with_text = [a for a in latest.values() if a.text.strip()]
+    counts["empty"] += len(latest) - len(with_text)
+    stored = backend.fingerprints([a.id for a in with_text])
+    todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
+    counts["reused"] += len(with_text) - len(todo)
+    return todo
+
+
+def _chunks(articles: Iterable[Article]) -> Iterator[list[Article]]:
+    chunk: list[Article] = []
+    size = 0
+    for article in articles:
+        chunk.append(article)
+        size += len(article.text)
+        if size >= CHUNK_CHARS or len(chunk) >= CHUNK_ARTICLES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk

@@ -1,0 +1,67 @@
+"""Shared fixtures: a tiny model, a synthetic corpus of invented facts and an index built from it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bertknn_search.config import Config
+from bertknn_search.demo import Fact, build_tiny_model, make_facts, write_corpus
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny-bert")
+
+
+@pytest.fixture(scope="session")
+def facts() -> list[Fact]:
+    return make_facts()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory, facts: list[Fact]) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "facts.jsonl"
+    write_corpus(path, facts)
+    return path
+
+
+@pytest.fixture(scope="session")
+def base_config(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Config:
+    """Settings for the tiny model; ``max_length`` stays inside its 64 positions."""
+    return Config(
+        model=str(tiny_model),
+        index=tmp_path_factory.mktemp("unused") / "index",
+        device="cpu",
+        batch_size=32,
+        max_length=64,
+    )
+
+
+@pytest.fixture(scope="session")
+def built_index(base_config: Config, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Config:
+    """The synthetic corpus ingested once per session (read-only: copy it before changing it)."""
+    from bertknn_search.ingest.pipeline import ingest
+
+    config = base_config.replace(index=tmp_path_factory.mktemp("built") / "index")
+    ingest(corpus, config, progress=False)
+    return config
+
+
+@pytest.fixture
+def index_copy(built_index: Config, tmp_path: Path) -> Config:
+    """A private copy of the built index, for tests that write to it."""
+    target = tmp_path / "index"
+    shutil.copytree(built_index.index, target)
+    return built_index.replace(index=target)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"shared data not found at {SHARED_DATA}: real-data tests skipped")
+    return SHARED_DATA

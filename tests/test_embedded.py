@@ -1,0 +1,197 @@
+"""EmbeddedBackend: durability, replace-not-duplicate, BM25 ranking, exact filtered kNN."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertknn_search.backends import bm25
+from bertknn_search.backends.embedded import EmbeddedBackend, exact_knn
+from bertknn_search.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
+
+DIM = 4
+META = IndexMeta(model="m", layer=11, dim=DIM, vocab_size=50, mask_policy="single-wordpiece")
+
+
+def encoded(aid: str, title: str, text: str, vectors: list[list[float]], tokens: list[int], fp: str = "f1"):
+    n = len(tokens)
+    block = ContextBlock(
+        sentences=[text],
+        vectors=np.array(vectors, dtype=np.float16).reshape(n, DIM),
+        token_ids=np.array(tokens, dtype=np.int32),
+        sentence_ids=np.zeros(n, np.int32),
+        starts=np.arange(n, dtype=np.int32),
+        ends=np.arange(n, dtype=np.int32) + 1,
+    )
+    return EncodedArticle(Article(aid, title, text), block, fp)
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> EmbeddedBackend:
+    b = EmbeddedBackend.create(tmp_path / "idx", META)
+    b.add_articles(
+        [
+            encoded("1", "Zorblat", "zorblat was born in quenton", [[0, 0, 0, 0], [1, 0, 0, 0]], [10, 11]),
+            encoded("2", "Quenton", "quenton is a town on the river", [[0, 1, 0, 0]], [12]),
+            encoded(
+                "3",
+                "River",
+                "the river runs past quenton and farrowby",
+                [[0, 0, 1, 0], [0, 0, 0, 3]],
+                [13, 14],
+            ),
+        ]
+    )
+    yield b
+    b.close()
+
+
+def test_open_checks_presence_and_readability(tmp_path: Path, backend: EmbeddedBackend) -> None:
+    with pytest.raises(IndexNotFoundError, match="no index at"):
+        EmbeddedBackend.open(tmp_path / "missing")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "index.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(IndexCorruptError, match="cannot be read"):
+        EmbeddedBackend.open(tmp_path / "junk")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(IndexCorruptError, match="not a bertknn-search index"):
+        EmbeddedBackend.open(tmp_path / "plain")
+    assert EmbeddedBackend.open(tmp_path / "idx").meta() == META
+
+
+def test_create_on_existing_index_checks_meta(tmp_path: Path, backend: EmbeddedBackend) -> None:
+    other = IndexMeta(model="other", layer=11, dim=DIM, vocab_size=50, mask_policy="single-wordpiece")
+    with pytest.raises(IndexMismatchError, match="model='m', not 'other'"):
+        EmbeddedBackend.create(tmp_path / "idx", other)
+
+
+def test_stats(backend: EmbeddedBackend) -> None:
+    s = backend.stats()
+    assert (s.articles, s.sentences, s.contexts) == (3, 3, 5)
+    assert s.bytes_on_disk > 0 and s.meta == META
+
+
+def test_readding_replaces_instead_of_duplicating(backend: EmbeddedBackend) -> None:
+    backend.add_articles(
+        [encoded("2", "Quenton", "quenton is a city by the sea", [[5, 5, 5, 5]] * 3, [1, 2, 3], "f2")]
+    )
+    backend.add_articles(
+        [encoded("2", "Quenton", "quenton is a city by the sea", [[5, 5, 5, 5]] * 3, [1, 2, 3], "f2")]
+    )
+    s = backend.stats()
+    assert (s.articles, s.contexts) == (3, 7)
+    assert backend.fingerprints(["1", "2", "9"]) == {"1": "f1", "2": "f2"}
+    assert [h.id for h in backend.search_articles("sea", 3)] == ["2"]
+    assert backend.search_articles("town", 3) == []
+    # The BM25 statistics were updated, not double counted.
+    with sqlite3.connect(backend.path / "index.sqlite") as conn:
+        assert conn.execute("SELECT docs, total_length FROM field_stats WHERE field = 0").fetchone() == (
+            3,
+            22,
+        )
+
+
+def test_find_title_is_case_insensitive(backend: EmbeddedBackend) -> None:
+    hit = backend.find_title("  zorBLAT ")
+    assert hit is not None and (hit.id, hit.title) == ("1", "Zorblat")
+    assert backend.find_title("Farrowby") is None
+
+
+def test_search_ranks_by_lucene_bm25_with_bigrams(backend: EmbeddedBackend) -> None:
+    hits = backend.search_articles("Who was born in Quenton?", 3)
+    # Doc lengths include the title line: 6, 8 and 8 tokens.
+    lengths = {"1": 6, "2": 8, "3": 8}
+    avg = sum(lengths.values()) / 3
+    bi_lengths = {k: v - 1 for k, v in lengths.items()}
+    bi_avg = sum(bi_lengths.values()) / 3
+
+    def s(tf: int, dl: int, avgdl: float, df: int) -> float:
+        return bm25.idf(df, 3) * tf / (tf + 1.2 * (0.25 + 0.75 * dl / avgdl))
+
+    want = {
+        # quenton: in all 3 (article 2 twice: title + text); born: only 1; every bigram has a stopword.
+        "1": s(1, 6, avg, 3) + s(1, 6, avg, 1),
+        "2": s(2, 8, avg, 3),
+        "3": s(1, 8, avg, 3),
+    }
+    assert [h.id for h in hits] == sorted(want, key=lambda k: -want[k])
+    for h in hits:
+        assert h.score == pytest.approx(want[h.id])
+    # "river runs": two unigrams and the bigram river_runs, found only in article 3.
+    (hit,) = backend.search_articles("river runs", 1)
+    # river: in 2 (2 times in "River\nthe river runs...") and 3; runs and river_runs only in 3.
+    assert hit.id == "3"
+    assert hit.score == pytest.approx(s(2, 8, avg, 2) + s(1, 8, avg, 1) + s(1, 7, bi_avg, 1))
+
+
+def test_search_ties_break_by_id_and_stopwords_are_ignored(backend: EmbeddedBackend) -> None:
+    assert backend.search_articles("the and of", 3) == []
+    hits = backend.search_articles("farrowby zorblat", 3)
+    assert {h.id for h in hits} == {"1", "3"}
+
+
+def test_knn_is_exact_and_restricted_to_the_articles(backend: EmbeddedBackend) -> None:
+    q = np.array([0.9, 0.1, 0, 0], dtype=np.float32)
+    nb = backend.knn(q, 10, ["1", "2"])
+    assert nb.article_ids == ["1", "1", "2"]
+    assert nb.token_ids.tolist() == [11, 10, 12]
+    stored = {"1": [[0, 0, 0, 0], [1, 0, 0, 0]], "2": [[0, 1, 0, 0]]}
+    brute = sorted(
+        (float(((np.array(v, np.float32) - q) ** 2).sum()), a) for a, vs in stored.items() for v in vs
+    )
+    np.testing.assert_allclose(nb.distances, [d for d, _ in brute], rtol=1e-6)
+    assert len(backend.knn(q, 2, ["1", "2", "3"])) == 2
+    assert len(backend.knn(q, 10, ["404"])) == 0
+
+
+def test_no_ir_mode_searches_every_context(backend: EmbeddedBackend) -> None:
+    q = np.array([0, 0, 0, 2.9], dtype=np.float32)
+    nb = backend.knn(q, 2, None)
+    assert nb.article_ids[0] == "3" and nb.token_ids[0] == 14
+    assert nb.distances[0] == pytest.approx(0.01, abs=1e-3)
+    # The flat index follows adds.
+    backend.add_articles([encoded("4", "New", "new", [[0, 0, 0, 2.9]], [20])])
+    assert backend.knn(q, 1, None).token_ids.tolist() == [20]
+
+
+def test_exact_knn_breaks_ties_by_article_sentence_position() -> None:
+    v = np.ones((3, DIM), np.float16)
+
+    def block(tokens: list[int]) -> dict[str, np.ndarray]:
+        n = len(tokens)
+        return {
+            "vectors": v[:n],
+            "token_ids": np.array(tokens, np.int32),
+            "sentence_ids": np.array([1, 0, 0][:n], np.int32),
+            "starts": np.array([0, 5, 2][:n], np.int32),
+            "ends": np.zeros(n, np.int32),
+        }
+
+    nb = exact_knn(np.zeros(DIM, np.float32), 4, [("a", block([1, 2, 3])), ("b", block([4]))])
+    assert nb.token_ids.tolist() == [3, 2, 1, 4]
+
+
+def test_sentences_and_titles(backend: EmbeddedBackend) -> None:
+    assert backend.sentences([("2", 0), ("1", 0), ("1", 5), ("9", 0)]) == [
+        "quenton is a town on the river",
+        "zorblat was born in quenton",
+        "",
+        "",
+    ]
+    assert backend.titles(["3", "1"]) == {"3": "River", "1": "Zorblat"}
+
+
+def test_wrong_dimension_is_rejected_and_nothing_written(backend: EmbeddedBackend) -> None:
+    good = encoded("5", "Five", "five", [[1, 1, 1, 1]], [1])
+    bad = EncodedArticle(
+        Article("6", "Six", "six"),
+        ContextBlock(["six"], np.zeros((1, 3), np.float16), *(np.zeros(1, np.int32) for _ in range(4))),
+        "f",
+    )
+    with pytest.raises(IndexMismatchError, match="dimension is 4"):
+        backend.add_articles([good, bad])
+    assert backend.fingerprints(["5", "6"]) == {}

@@ -1,0 +1,78 @@
+"""Encoder: datastore keys equal query states, p_BERT, question validation, load errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertknn_search.encoder import Encoder
+from bertknn_search.errors import ModelLoadError, QuestionError
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model: Path) -> Encoder:
+    return Encoder(str(tiny_model), layer=11, device="cpu", max_length=64)
+
+
+def test_trunk_key_equals_full_model_state_at_layer(encoder: Encoder) -> None:
+    # Ingest runs only the first `layer` blocks; queries run the whole model. Both must give the same
+    # vector or kNN would compare apples with pears.
+    states, _ = encoder.query(["zorblat was born in [MASK] ."])
+    row = encoder.prepare("zorblat was born in [MASK] .")
+    key = encoder.key_states([row], [row.index(encoder.tokenizer.mask_token_id)])
+    assert key.dtype == np.float16 and key.shape == (1, encoder.dim)
+    np.testing.assert_allclose(key[0].astype(np.float32), states[0], atol=2e-3, rtol=2e-3)
+
+
+def test_layer_changes_the_state(tiny_model: Path, encoder: Encoder) -> None:
+    other = Encoder(str(tiny_model), layer=12, device="cpu", max_length=64)
+    a, _ = encoder.query(["zorblat was born in [MASK] ."])
+    b, _ = other.query(["zorblat was born in [MASK] ."])
+    assert not np.allclose(a, b)
+
+
+def test_p_bert_is_a_distribution_over_the_vocabulary(encoder: Encoder) -> None:
+    _, p = encoder.query(["zorblat was born in [MASK] .", "[MASK] is a small town ."])
+    assert p.shape == (2, encoder.vocab_size)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_batched_queries_equal_single_queries(encoder: Encoder) -> None:
+    qs = ["zorblat was born in [MASK] .", "the [MASK] is near the river north of quenton ."]
+    s_batch, p_batch = encoder.query(qs)
+    for i, q in enumerate(qs):
+        s, p = encoder.query([q])
+        np.testing.assert_allclose(s_batch[i], s[0], atol=1e-4)
+        np.testing.assert_allclose(p_batch[i], p[0], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("question", "message"),
+    [
+        ("zorblat was born in quenton .", "exactly one [MASK], found 0"),
+        ("[MASK] was born in [MASK] .", "exactly one [MASK], found 2"),
+        ("   ", "the question is empty"),
+    ],
+)
+def test_bad_questions(encoder: Encoder, question: str, message: str) -> None:
+    with pytest.raises(QuestionError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        encoder.prepare(question)
+
+
+def test_single_token_id(encoder: Encoder) -> None:
+    assert encoder.single_token_id("Quenton") == encoder.tokenizer.convert_tokens_to_ids("quenton")
+    assert encoder.single_token_id("unknown") is None  # un ##known: two pieces
+    assert encoder.vocab[encoder.single_token_id("quenton")] == "quenton"
+
+
+def test_missing_model_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError) as err:
+        Encoder(str(tmp_path / "no-such-model"), layer=11, device="cpu")
+    assert "\n" not in str(err.value) and "no-such-model" in str(err.value)
+
+
+def test_layer_out_of_range(tiny_model: Path) -> None:
+    with pytest.raises(ModelLoadError, match="has 12 layers"):
+        Encoder(str(tiny_model), layer=13, device="cpu")
