@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertknn_search.ingest.contexts import build_blocks, encode_rows, fingerprint, make_rows
-from bertknn_search.ingest.readers import read_articles
-from bertknn_search.ingest.sentences import split_sentences
 from tqdm import tqdm
 
 from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
+from bertknn_search.errors import InputFormatError
+from bertknn_search.ingest.contexts import build_blocks, encode_rows, fingerprint, make_rows
+from bertknn_search.ingest.readers import read_articles
+from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, IndexMeta
 
 CHUNK_CHARS = 60_000  # articles are encoded together up to this much text, so batches mix sentences
@@ -48,7 +49,7 @@ def index_meta(config: Config, encoder: Encoder) -> IndexMeta:
 
 
 def ingest(
-    source: Path,
+    source: Path | Sequence[Article],
     config: Config,
     *,
     limit: int | None = None,
@@ -62,7 +63,8 @@ def ingest(
     same fingerprint and finishes the rest; an article whose text changed is replaced.
 
     Args:
-        source: a Wikipedia XML dump, JSONL, parquet or WikiExtractor output (see ``read_articles``).
+        source: a Wikipedia XML dump, JSONL, parquet or WikiExtractor output (see ``read_articles``),
+            or articles already read.
         config: model, layer, index location, batch size, device.
         limit: stop after this many articles read.
         fmt: force the input format instead of detecting it.
@@ -86,7 +88,8 @@ def ingest(
     pending: deque[Future[None]] = deque()
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
-            for chunk in _chunks(read_articles(source, limit=limit, fmt=fmt)):
+            articles = source if isinstance(source, Sequence) else read_articles(source, limit=limit, fmt=fmt)
+            for chunk in _chunks(articles):
                 todo = _still_to_do(chunk, backend, config, counts)
                 if todo:
                     sentences = [split_sentences(a.text) for a in todo]
@@ -111,9 +114,23 @@ def ingest(
     return IngestSummary(**counts, seconds=time.perf_counter() - started)
 
 
-def add_articles(source: Path, config: Config, **options: object) -> IngestSummary:
-    """Add (or replace) the articles of ``source`` in an existing index; answerable on return."""
-    return ingest(source, config, existing_only=True, **options)  # type: ignore[arg-type]
+def add_articles(
+    source: Path, config: Config, *, limit: int | None = None, fmt: str | None = None, progress: bool = True
+) -> IngestSummary:
+    """Add (or replace) the articles of ``source`` in an existing index; answerable on return.
+
+    The whole file is read and checked before anything is written, so a bad file adds nothing.
+
+    Raises:
+        InputFormatError: unreadable file, or an article without text (an explicit add of nothing).
+    """
+    articles = list(read_articles(source, limit=limit, fmt=fmt))
+    for article in articles:
+        if not article.text.strip():
+            raise InputFormatError(
+                f"{source}: article {article.title!r} (id {article.id}) has no text; add text or drop it"
+            )
+    return ingest(articles, config, progress=progress, existing_only=True)
 
 
 def _still_to_do(

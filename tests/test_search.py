@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bertknn_search.ingest.pipeline import add_articles
 
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import IndexMismatchError, QuestionError
+from bertknn_search.ingest.pipeline import add_articles
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
 

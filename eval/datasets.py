@@ -1,0 +1,281 @@
+"""Benchmark readers: LAMA, LAMA-UHN, PopQA and plain JSONL questions -> Fact records."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertknn_search.errors import ConfigError, InputFormatError
+from bertknn_search.eval import popqa
+
+MASK = "[MASK]"
+
+# LAMA hard-codes these in scripts/run_experiments.py; relations.jsonl has no Google-RE entries.
+GOOGLE_RE_TEMPLATES = {
+    "date_of_birth": "[X] (born [Y]).",
+    "place_of_birth": "[X] was born in [Y] .",
+    "place_of_death": "[X] died in [Y] .",
+}
+LAMA_CORPORA = ("Google-RE", "T-REx", "ConceptNet", "SQuAD")
+LAMA_FOLDERS = {"Google-RE": "Google_RE", "T-REx": "TREx", "ConceptNet": "ConceptNet", "SQuAD": "Squad"}
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One benchmark item.
+
+    Attributes:
+        corpus: e.g. "T-REx", "Google-RE", "SQuAD", "LAMA-UHN", "PopQA".
+        relation: e.g. "P19"; ConceptNet and SQuAD are one relation each, named like the corpus.
+        question: cloze text with one [MASK]. LAMA's SQuAD has 3 sentences with two; they are kept so
+            that counts match the release, and the harness skips and counts them.
+        answers: gold objects, the main one first.
+        subject: the IR query for KB facts; None where the question itself is the query.
+        uuid: the dataset's id, unique within (corpus, relation).
+        popularity: PopQA's subject page views, else None.
+    """
+
+    corpus: str
+    relation: str
+    question: str
+    answers: tuple[str, ...]
+    subject: str | None
+    uuid: str
+    popularity: float | None = None
+
+    @property
+    def key(self) -> str:
+        """Unique across benchmarks: the checkpoint key of the harness."""
+        return f"{self.corpus}/{self.relation}/{self.uuid}"
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, object) for each non-blank line.
+
+    Raises:
+        InputFormatError: unreadable file, a line that is not UTF-8 or not a JSON object.
+    """
+    try:
+        with Path(path).open("rb") as handle:
+            for lineno, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                    row = json.loads(line) if line else None
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise InputFormatError(f"{path}:{lineno}: not a UTF-8 JSON line ({exc})") from exc
+                if row is None:
+                    continue
+                if not isinstance(row, dict):
+                    kind = type(row).__name__
+                    raise InputFormatError(f"{path}:{lineno}: expected a JSON object, got {kind}")
+                yield lineno, row
+    except OSError as exc:
+        raise InputFormatError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def text_field(row: dict[str, Any], name: str, where: str) -> str:
+    """``row[name]`` as a non-empty string, else an error naming the place (``file:line``)."""
+    value = row.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # numeric ids
+    if not isinstance(value, str) or not value.strip():
+        raise InputFormatError(f"{where}: field {name!r} is missing or not a non-empty string")
+    return value
+
+
+def read_templates(path: Path) -> dict[str, str]:
+    """LAMA's relations.jsonl -> {relation id: template with [X] and [Y]}."""
+    templates = {}
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        template = text_field(row, "template", where)
+        if "[X]" not in template or "[Y]" not in template:
+            raise InputFormatError(f"{where}: template {template!r} lacks [X] or [Y]")
+        templates[text_field(row, "relation", where)] = template
+    return templates
+
+
+def _cloze(template: str, subject: str) -> str:
+    return template.replace("[X]", subject).replace("[Y]", MASK)
+
+
+def _relation_files(folder: Path) -> list[Path]:
+    """P*.jsonl sorted by property number (P19 before P101), as LAMA lists them."""
+    files = [p for p in folder.glob("P*.jsonl") if re.fullmatch(r"P\d+", p.stem)]
+    return sorted(files, key=lambda p: int(p.stem[1:]))
+
+
+def _template_facts(path: Path, corpus: str, relation: str, template: str) -> list[Fact]:
+    """T-REx / Google-RE lines (sub_label, obj_label, uuid) turned into template clozes."""
+    facts = []
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        subject = text_field(row, "sub_label", where)
+        obj = text_field(row, "obj_label", where)
+        uuid = text_field(row, "uuid", where)
+        facts.append(Fact(corpus, relation, _cloze(template, subject), (obj,), subject, uuid))
+    return facts
+
+
+def _google_re_positive(row: dict[str, Any]) -> bool:
+    """LAMA's filter_samples: drop a Google-RE fact whose raters said "no" more often than "yes"."""
+    votes = [j.get("judgment") for j in row.get("judgments", []) if isinstance(j, dict)]
+    return sum(v != "yes" for v in votes) <= sum(v == "yes" for v in votes)
+
+
+def _sentence_facts(path: Path, corpus: str) -> list[Fact]:
+    """ConceptNet / SQuAD lines: the first of ``masked_sentences`` is the question, as is."""
+    facts = []
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        sentences = row.get("masked_sentences")
+        if not isinstance(sentences, list) or not sentences or not isinstance(sentences[0], str):
+            raise InputFormatError(f"{where}: field 'masked_sentences' must be a non-empty list of strings")
+        if MASK not in sentences[0]:
+            raise InputFormatError(f"{where}: masked sentence has no {MASK}")
+        uuid = text_field(row, "uuid" if "uuid" in row else "id", where)
+        # No subject: the retriever queries with the question itself (method-facts, IR step).
+        facts.append(Fact(corpus, corpus, sentences[0], (text_field(row, "obj_label", where),), None, uuid))
+    return facts
+
+
+def read_lama(
+    root: Path, corpora: Sequence[str] | None = None, *, google_re_judgments: bool = True
+) -> list[Fact]:
+    """Read LAMA's data.zip layout under ``root``; absent sub-folders are skipped.
+
+    Args:
+        root: folder with relations.jsonl, TREx/P*.jsonl, Google_RE/*_test.jsonl, ConceptNet/test.jsonl,
+            Squad/test.jsonl.
+        corpora: subset of ``LAMA_CORPORA`` to read; None reads all that are present.
+        google_re_judgments: apply LAMA's rater filter to Google-RE (its evaluation does).
+
+    Returns:
+        Facts in the order Google-RE, T-REx, ConceptNet, SQuAD.
+
+    Raises:
+        ConfigError: an unknown corpus name.
+        InputFormatError: none of the asked corpora is under ``root``, or a file is malformed.
+    """
+    root = Path(root)
+    wanted = list(LAMA_CORPORA if corpora is None else corpora)
+    unknown = [c for c in wanted if c not in LAMA_CORPORA]
+    if unknown:
+        raise ConfigError(f"unknown LAMA corpora {unknown}; choose from {list(LAMA_CORPORA)}")
+    present = [c for c in LAMA_CORPORA if c in wanted and (root / LAMA_FOLDERS[c]).is_dir()]
+    if not present:
+        folders = ", ".join(LAMA_FOLDERS[c] + "/" for c in wanted)
+        raise InputFormatError(f"no LAMA data under {root}: expected {folders} (LAMA's data.zip layout)")
+    facts: list[Fact] = []
+    for corpus in present:
+        folder = root / LAMA_FOLDERS[corpus]
+        if corpus == "T-REx":
+            facts += _read_trex(folder, root / "relations.jsonl", corpus)
+        elif corpus == "Google-RE":
+            for relation, template in GOOGLE_RE_TEMPLATES.items():
+                path = folder / f"{relation}_test.jsonl"
+                if not path.exists():
+                    continue
+                keep = {str(r.get("uuid")) for _, r in read_jsonl(path) if _google_re_positive(r)}
+                rows = _template_facts(path, corpus, relation, template)
+                facts += [f for f in rows if f.uuid in keep] if google_re_judgments else rows
+        elif (folder / "test.jsonl").exists():
+            facts += _sentence_facts(folder / "test.jsonl", corpus)
+    return facts
+
+
+def _read_trex(folder: Path, relations_path: Path, corpus: str) -> list[Fact]:
+    files = _relation_files(folder)
+    if not files:
+        return []
+    if not relations_path.exists():
+        raise InputFormatError(f"{relations_path} is missing: T-REx questions need its templates")
+    templates = read_templates(relations_path)
+    facts: list[Fact] = []
+    for path in files:
+        if path.stem not in templates:
+            raise InputFormatError(f"{path}: relation {path.stem} has no template in {relations_path}")
+        facts += _template_facts(path, corpus, path.stem, templates[path.stem])
+    return facts
+
+
+def read_lama_uhn(root: Path, relations_path: Path) -> list[Fact]:
+    """Read LAMA-UHN's ``TREx_UHN/P*.jsonl`` (LAMA's line format) with the templates of relations.jsonl.
+
+    Args:
+        root: folder holding ``TREx_UHN/`` (or that folder itself).
+        relations_path: LAMA's relations.jsonl.
+
+    Raises:
+        InputFormatError: no P*.jsonl files, a relation without template, a malformed line.
+    """
+    root = Path(root)
+    folder = root / "TREx_UHN" if (root / "TREx_UHN").is_dir() else root
+    facts = _read_trex(folder, Path(relations_path), "LAMA-UHN")
+    if not facts:
+        raise InputFormatError(f"no LAMA-UHN data under {root}: expected TREx_UHN/P*.jsonl")
+    return facts
+
+
+def read_common_vocab(path: Path) -> set[str]:
+    """LAMA's common vocabulary file: one word per line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFormatError(f"cannot read common vocabulary {path}: {exc}") from exc
+    return {w.strip() for w in text.splitlines() if w.strip()}
+
+
+def read_questions_jsonl(path: Path) -> list[Fact]:
+    """Plain JSONL: ``{"question": "... [MASK] ...", "answers": [...], "subject"?, "relation"?, "id"?}``.
+
+    The corpus is the file's stem; relation defaults to it, the id to the line number.
+
+    Raises:
+        InputFormatError: a question without exactly one [MASK], answers not a non-empty list of strings.
+    """
+    path = Path(path)
+    facts = []
+    for lineno, row in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        question = text_field(row, "question", where)
+        if question.count(MASK) != 1:
+            raise InputFormatError(f"{where}: the question must contain exactly one {MASK}")
+        answers = row.get("answers")
+        answers = [answers] if isinstance(answers, str) else answers
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+            raise InputFormatError(f"{where}: field 'answers' must be a non-empty list of strings")
+        subject = row.get("subject")
+        if subject is not None and not isinstance(subject, str):
+            raise InputFormatError(f"{where}: field 'subject' must be a string")
+        relation = text_field(row, "relation", where) if "relation" in row else path.stem
+        uuid = text_field(row, "id", where) if "id" in row else str(lineno)
+        facts.append(Fact(path.stem, relation, question, tuple(answers), subject, uuid))
+    return facts
+
+
+def read_popqa(path: Path, split: str = "test") -> list[Fact]:
+    """PopQA, from the official ``popQA.tsv`` or the derived ``{dev, test}`` JSON (``split`` picks one).
+
+    Questions become clozes through ``popqa.TEMPLATES``; popularity is the subject's ``s_pop``. The
+    derived JSON has no ``prop``/``subj`` columns: both are parsed back out of the question.
+
+    Raises:
+        InputFormatError: a missing column or field, an unknown relation or question pattern.
+    """
+    return [
+        Fact(
+            "PopQA",
+            r.prop,
+            _cloze(popqa.TEMPLATES[r.prop], r.subject),
+            r.answers,
+            r.subject,
+            r.id,
+            r.popularity,
+        )
+        for r in popqa.read_rows(Path(path), split)
+    ]

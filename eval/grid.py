@@ -1,0 +1,162 @@
+"""Grid search over N, k, l and λ from one encoding pass; writes the best setting as a settings file."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from bertknn_search.config import Config
+from bertknn_search.errors import ConfigError
+from bertknn_search.eval.datasets import Fact
+from bertknn_search.eval.harness import Prepared, batches, prepare, vocab_mask
+from bertknn_search.knn import knn_probs
+from bertknn_search.records import Neighbors
+from bertknn_search.search import Searcher
+
+GRID_KEYS = ("n_articles", "k", "temperature", "lam")
+CASTS = {"n_articles": int, "k": int, "temperature": float, "lam": float}
+
+
+def top1_hits(p: np.ndarray, gold: Sequence[int], allowed: np.ndarray | None) -> np.ndarray:
+    """Whether each row's most probable id is gold, with ``interpolate.rank``'s rules.
+
+    Args:
+        p: (L, V) distributions, one per λ.
+        gold: the ids that count as correct.
+        allowed: optional (V,) bool candidate mask.
+
+    Returns:
+        (L,) bool. Ties go to the lower id (argmax does that); an all-zero row has no answer.
+    """
+    scores = p if allowed is None else np.where(allowed, p, -1.0)
+    best = scores.argmax(axis=1)
+    return np.isin(best, list(gold)) & (scores[np.arange(len(best)), best] > 0)
+
+
+def grid_search(
+    searcher: Searcher,
+    facts: Sequence[Fact],
+    grid: Mapping[str, Sequence[float]],
+    out_path: Path,
+    *,
+    config: Config | None = None,
+    common_vocab: Collection[str] | None = None,
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Find the (N, k, l, λ) with the best BERT-kNN mean P@1, macro-averaged over relations.
+
+    Each question is encoded once and retrieved once with the largest N; neighbours are searched once per
+    N with the largest k, and smaller k take the nearest prefix, so every (k, l, λ) is cheap. Facts
+    without any retrieved context are left out (as ``evaluate`` does by default).
+
+    Args:
+        searcher: an open Searcher.
+        facts: the tuning facts (the paper used SQuAD and ConceptNet).
+        grid: values per key of ``GRID_KEYS``; a missing key keeps ``config``'s value.
+        out_path: receives the best setting, a JSON file ``Config.with_settings_file`` reads. Every
+            setting's score goes next to it, to ``<stem>.grid.json``.
+        config: the other settings (distance, use_ir, batch size); default ``searcher.config``.
+        common_vocab: restrict answers and candidates to LAMA's common vocabulary.
+        batch_size: questions per model call.
+        progress: show a progress bar.
+
+    Returns:
+        ``{"best": settings, "score": P@1, "facts": scored facts, "grid": [settings + score, ...]}``.
+
+    Raises:
+        ConfigError: an unknown key, an empty value list, a value ``Config`` rejects, or no scorable fact.
+    """
+    config = config or searcher.config
+    values = _grid_values(grid, config)
+    allowed = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
+    ready, _ = prepare(searcher, facts, allowed)
+    shape = tuple(len(v) for v in values.values())
+    hits = np.zeros((*shape, len(ready)), dtype=bool)
+    scored = np.zeros(len(ready), dtype=bool)
+    size, j = batch_size or config.batch_size, 0
+    with tqdm(total=len(ready), disable=not progress, desc="grid") as bar:
+        for batch in batches(ready, size):
+            states, p_bert = searcher.encode([p.question for p in batch])
+            for item, state, pb in zip(batch, states, p_bert):
+                scored[j] = _fact_hits(searcher, item, state, pb, values, config, allowed, hits[..., j])
+                j += 1
+            bar.update(len(batch))
+    if not scored.any():
+        raise ConfigError("no tuning fact could be scored (no one-token answers or no retrieved contexts)")
+    scores = _macro(hits[..., scored], [p.fact for p, s in zip(ready, scored) if s])
+    table = [
+        {**dict(zip(GRID_KEYS, combo)), "score": float(scores[index])}
+        for index, combo in zip(np.ndindex(shape), itertools.product(*values.values()))
+    ]
+    # The first maximum in grid order wins, so ties go to the values listed first.
+    best = max(table, key=lambda row: row["score"])
+    settings = {key: best[key] for key in GRID_KEYS}
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    result = {"best": settings, "score": best["score"], "facts": int(scored.sum()), "grid": table}
+    out_path.with_name(out_path.stem + ".grid.json").write_text(
+        json.dumps(result, indent=2) + "\n", encoding="utf-8"
+    )
+    return result
+
+
+def _fact_hits(
+    searcher: Searcher,
+    item: Prepared,
+    state: np.ndarray,
+    p_bert: np.ndarray,
+    values: dict[str, list[Any]],
+    config: Config,
+    allowed: np.ndarray | None,
+    out: np.ndarray,
+) -> bool:
+    """Fill ``out`` (N, k, l, λ) with the top-1 hits of one fact; False when it has no retrieved context."""
+    ns, ks, temps = values["n_articles"], values["k"], values["temperature"]
+    lams = np.asarray(values["lam"], dtype=np.float64)[:, None]
+    vocab_size, squared = searcher.encoder.vocab_size, config.distance == "squared-l2"
+    top = searcher.retrieve(item.question, max(ns)) if config.use_ir else None
+    pb = p_bert.astype(np.float64)[None, :]
+    cache: dict[tuple[str, ...] | None, Neighbors] = {}
+    for a, n in enumerate(ns):
+        hits = None if top is None else top[:n]
+        key = None if hits is None else tuple(h.id for h in hits)
+        if key not in cache:  # N beyond what IR found, or no IR at all: same articles, same neighbours
+            cache[key] = searcher.neighbors(state, hits, max(ks))
+        nb = cache[key]
+        for b, k in enumerate(ks):
+            for c, temp in enumerate(temps):
+                p_knn = knn_probs(nb.distances[:k], nb.token_ids[:k], vocab_size, temp, squared)
+                # interpolate() falls back to BERT when there are no neighbours; so does this.
+                p = lams * p_knn + (1 - lams) * pb if p_knn.any() else np.repeat(pb, len(lams), axis=0)
+                out[a, b, c, :] = top1_hits(p, item.gold, allowed)
+    return any(len(nb) > 0 for nb in cache.values())
+
+
+def _grid_values(grid: Mapping[str, Sequence[float]], config: Config) -> dict[str, list[Any]]:
+    unknown = sorted(set(grid) - set(GRID_KEYS))
+    if unknown:
+        raise ConfigError(f"grid keys {unknown} are not tunable here; use {list(GRID_KEYS)}")
+    values = {key: [CASTS[key](v) for v in grid.get(key, [getattr(config, key)])] for key in GRID_KEYS}
+    for key, vals in values.items():
+        if not vals:
+            raise ConfigError(f"grid key {key!r} has no values")
+        for v in vals:
+            config.replace(**{key: v})  # validates the range, with Config's own message
+    return values
+
+
+def _macro(hits: np.ndarray, facts: Sequence[Fact]) -> np.ndarray:
+    """Mean over relations of the per-relation mean of ``hits`` (..., n_facts) -> (...)."""
+    columns: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, fact in enumerate(facts):
+        columns[(fact.corpus, fact.relation)].append(i)
+    return np.mean([hits[..., idx].mean(axis=-1) for idx in columns.values()], axis=0)

@@ -1,0 +1,267 @@
+"""Evaluation harness: facts -> BERT, kNN and BERT-kNN rankings per fact -> checkpoint -> metrics -> report.
+
+The layer is fixed by the index (its keys were computed at one layer). The paper's layer ablation needs
+one index per layer: ingest with ``Config(layer=...)`` into a new ``--index`` and evaluate each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from bertknn_search.config import Config
+from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
+from bertknn_search.eval.datasets import Fact
+from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
+from bertknn_search.eval.report import write_report
+from bertknn_search.interpolate import interpolate, rank
+from bertknn_search.knn import knn_probs
+from bertknn_search.records import Question
+from bertknn_search.search import Searcher
+
+CHECKPOINT = "facts.jsonl"
+RUN_FILE = "run.json"
+# Why a fact is not scored (besides metrics.NO_ARTICLE).
+NOT_ONE_TOKEN = "answer-not-one-token"
+NOT_IN_COMMON_VOCAB = "answer-not-in-common-vocab"
+BAD_QUESTION = "bad-question"
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What ``evaluate`` returns.
+
+    Attributes:
+        scores: macro-averaged P@k per relation, corpus and aggregate.
+        report: the report files, by name (see ``report.write_report``).
+        checkpoint: the per-fact JSONL (one line per fact, with the top words of each model).
+        facts: facts evaluated.
+        computed: facts computed in this call; the others came from the checkpoint.
+    """
+
+    scores: MacroResult
+    report: dict[str, Path]
+    checkpoint: Path
+    facts: int
+    computed: int
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A fact that can be scored: its question and the token ids that count as correct."""
+
+    fact: Fact
+    question: Question
+    gold: tuple[int, ...]
+
+
+def vocab_mask(searcher: Searcher, words: Collection[str]) -> np.ndarray:
+    """(V,) bool: the ids of the words that are one token (LAMA's common-vocabulary filter)."""
+    encoder = searcher.encoder
+    mask = np.zeros(encoder.vocab_size, dtype=bool)
+    ids = encoder.tokenizer(sorted(words), add_special_tokens=False)["input_ids"] if words else []
+    unk = encoder.tokenizer.unk_token_id
+    mask[[row[0] for row in ids if len(row) == 1 and row[0] != unk]] = True
+    return mask
+
+
+def prepare(
+    searcher: Searcher, facts: Sequence[Fact], allowed: np.ndarray | None
+) -> tuple[list[Prepared], list[tuple[Fact, str]]]:
+    """Split facts into scorable ones and skipped ones (with the reason).
+
+    Answers are matched as token ids, so the tokenizer's own normalisation (lowercasing and accent
+    stripping for an uncased model) applies to them exactly as to the model's output.
+    """
+    encoder, unk = searcher.encoder, searcher.encoder.tokenizer.unk_token_id
+    ready, skipped = [], []
+    for fact in facts:
+        ids = [encoder.single_token_id(a) for a in fact.answers]
+        gold = tuple(dict.fromkeys(i for i in ids if i is not None and i != unk))
+        reason = None
+        if ids[0] is None or ids[0] == unk:
+            reason = NOT_ONE_TOKEN  # LAMA's rule: the main object must be one token
+        elif allowed is not None and not allowed[ids[0]]:
+            reason = NOT_IN_COMMON_VOCAB
+        else:
+            try:
+                encoder.prepare(fact.question)
+            except QuestionError:
+                reason = BAD_QUESTION  # several [MASK]s (3 SQuAD lines) or too long for the model
+        if reason:
+            skipped.append((fact, reason))
+        else:
+            allowed_gold = gold if allowed is None else tuple(i for i in gold if allowed[i])
+            ready.append(Prepared(fact, Question(fact.question, fact.subject), allowed_gold))
+    return ready, skipped
+
+
+def batches(items: Sequence[Prepared], size: int) -> Iterator[Sequence[Prepared]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def evaluate(
+    searcher: Searcher,
+    facts: Sequence[Fact],
+    config: Config,
+    out_dir: Path,
+    *,
+    common_vocab: Collection[str] | None = None,
+    batch_size: int | None = None,
+    resume: bool = True,
+    no_article_wrong: bool = False,
+    progress: bool = False,
+) -> EvalResult:
+    """Rank every fact with BERT, kNN and BERT-kNN, then write metrics and the report into ``out_dir``.
+
+    Args:
+        searcher: an open Searcher; its stages are used with the settings of ``config``.
+        facts: what to evaluate (keys ``corpus/relation/uuid`` must be unique).
+        config: n_articles, k, temperature, lam, distance and use_ir to evaluate with.
+        out_dir: receives facts.jsonl (checkpoint), run.json (settings) and the report.
+        common_vocab: LAMA's common vocabulary: facts whose answer is outside it are skipped and all three
+            rankings are restricted to it. None ranks the whole vocabulary (as BERT-kNN's reference).
+        batch_size: questions per model call; default ``config.batch_size``.
+        resume: keep the facts already in the checkpoint (same settings only); False starts afresh.
+        no_article_wrong: count facts without retrieved context as wrong (the reference's convention).
+        progress: show a progress bar.
+
+    Raises:
+        ConfigError: the checkpoint in ``out_dir`` was written with other settings (or another index).
+        InputFormatError: the checkpoint is damaged beyond its last line.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    allowed = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
+    run = _run_settings(searcher, config, allowed)
+    done = _open_checkpoint(out_dir, run, resume)
+    ready, skipped = prepare(searcher, facts, allowed)
+    todo = [p for p in ready if p.fact.key not in done]
+    path = out_dir / CHECKPOINT
+    with (
+        path.open("a", encoding="utf-8") as out,
+        tqdm(total=len(todo), disable=not progress, desc="eval") as bar,
+    ):
+        # Skipped facts cost nothing to redo; they are written once so that the checkpoint lists every fact.
+        lines = [_line(fact, {}, reason) for fact, reason in skipped if fact.key not in done]
+        _append(out, lines)
+        done.update({line["key"]: line for line in lines})
+        for batch in batches(todo, batch_size or config.batch_size):
+            lines = _rank_batch(searcher, batch, config, allowed)
+            _append(out, lines)
+            done.update({line["key"]: line for line in lines})
+            bar.update(len(batch))
+    rows = [_fact_result(done[f.key]) for f in facts]
+    scores = macro_average(rows, no_article_wrong=no_article_wrong)
+    meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong}
+    report = write_report(scores, out_dir, meta)
+    return EvalResult(scores, report, path, len(facts), len(todo))
+
+
+def _rank_batch(
+    searcher: Searcher, batch: Sequence[Prepared], config: Config, allowed: np.ndarray | None
+) -> list[dict[str, Any]]:
+    """One checkpoint line per fact: rank of the first gold id per model, and each model's top words."""
+    states, p_bert = searcher.encode([p.question for p in batch])
+    vocab, top = searcher.encoder.vocab, max(KS)
+    lines = []
+    for item, state, pb in zip(batch, states, p_bert):
+        hits = searcher.retrieve(item.question, config.n_articles) if config.use_ir else None
+        nb = searcher.neighbors(state, hits, config.k)
+        p_knn = knn_probs(
+            nb.distances,
+            nb.token_ids,
+            searcher.encoder.vocab_size,
+            config.temperature,
+            config.distance == "squared-l2",
+        )
+        dists = {"bert": pb, "knn": p_knn, "bert_knn": interpolate(p_knn, pb, config.lam)}
+        ranked = {m: rank(p, top, allowed)[0].tolist() for m, p in dists.items()}
+        ranks = {
+            m: next((i for i, t in enumerate(ids, 1) if t in item.gold), None) for m, ids in ranked.items()
+        }
+        extra = {
+            "articles": [h.title for h in hits or []],
+            "neighbors": len(nb),
+            "top": {m: [vocab[i] for i in ids] for m, ids in ranked.items()},
+        }
+        lines.append(_line(item.fact, ranks, NO_ARTICLE if len(nb) == 0 else None, extra))
+    return lines
+
+
+def _line(
+    fact: Fact, ranks: dict[str, int | None], skipped: str | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One checkpoint line: the FactResult fields, then what helps to read the errors."""
+    result = FactResult(fact.corpus, fact.relation, fact.uuid, ranks, skipped, fact.popularity)
+    return {
+        "key": fact.key,
+        **asdict(result),
+        "question": fact.question,
+        "answers": list(fact.answers),
+        **(extra or {}),
+    }
+
+
+def _fact_result(line: dict[str, Any]) -> FactResult:
+    return FactResult(
+        line["corpus"],
+        line["relation"],
+        line["uuid"],
+        line.get("ranks") or {},
+        line.get("skipped"),
+        line.get("popularity"),
+    )
+
+
+def _append(out: Any, lines: list[dict[str, Any]]) -> None:
+    """Append whole lines and force them to disk, so a crash loses at most the batch being computed."""
+    if lines:
+        out.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _run_settings(searcher: Searcher, config: Config, allowed: np.ndarray | None) -> dict[str, Any]:
+    return {
+        "model": searcher.encoder.model_name,
+        "layer": searcher.encoder.layer,
+        "backend": searcher.config.backend,
+        "index": str(searcher.config.index),
+        "settings": config.method_settings(),
+        "common_vocab": None if allowed is None else int(allowed.sum()),
+        "models": list(MODELS),
+    }
+
+
+def _open_checkpoint(out_dir: Path, run: dict[str, Any], resume: bool) -> dict[str, dict[str, Any]]:
+    """The checkpoint lines already written for ``run``, by fact key; a torn last line is cut off."""
+    path, run_path = out_dir / CHECKPOINT, out_dir / RUN_FILE
+    if resume and path.exists() and run_path.exists():
+        previous = json.loads(run_path.read_text(encoding="utf-8"))
+        if previous != json.loads(json.dumps(run)):
+            raise ConfigError(
+                f"{out_dir} holds results for other settings ({previous['settings']});"
+                " use another output folder or turn resume off"
+            )
+        data = path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            with path.open("r+b") as handle:  # a crash mid-write left a partial line: drop it
+                handle.truncate(end)
+        try:
+            lines = [json.loads(text) for text in data[:end].decode("utf-8").splitlines() if text.strip()]
+        except ValueError as exc:
+            raise InputFormatError(f"{path} is damaged ({exc}); delete it or turn resume off") from exc
+        return {line["key"]: line for line in lines}
+    path.unlink(missing_ok=True)
+    run_path.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    return {}

@@ -1,0 +1,176 @@
+"""Evaluation report: results.json (every number), results.md (the paper's tables) and bar plots."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bertknn_search.eval.metrics import NO_ARTICLE, Bucket, MacroResult, Score
+
+LABELS = {"bert": "BERT", "knn": "kNN", "bert_knn": "BERT-kNN"}
+COLORS = {"bert": "C0", "knn": "C1", "bert_knn": "C2"}  # one colour per model across both plots
+# Bars of the popularity plot: the parametric model against the interpolation (PopQA's comparison).
+POPULARITY_MODELS = ("bert", "bert_knn")
+
+
+def write_report(
+    result: MacroResult, out_dir: Path, meta: Mapping[str, Any] | None = None
+) -> dict[str, Path]:
+    """Write the report files of one evaluation into ``out_dir`` (created if needed).
+
+    Args:
+        result: what ``metrics.macro_average`` returned.
+        out_dir: target folder; existing report files are overwritten.
+        meta: settings to record with the numbers (config, data paths, model), JSON-serialisable.
+
+    Returns:
+        name -> path: "json", "markdown", "plot", and "popularity_plot" when facts had a popularity.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out_dir / "results.json",
+        "markdown": out_dir / "results.md",
+        "plot": out_dir / "results.png",
+    }
+    payload = {"meta": dict(meta or {}), **dataclasses.asdict(result)}
+    paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(render_markdown(result), encoding="utf-8")
+    plot_precision(result, paths["plot"])
+    if result.popularity:
+        paths["popularity_plot"] = out_dir / "popularity.png"
+        plot_popularity(result.popularity, paths["popularity_plot"])
+    return paths
+
+
+def label(model: str) -> str:
+    return LABELS.get(model, model)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None or math.isnan(value) else f"{100 * value:.1f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 1) -> list[str]:
+    align = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
+    return [f"| {' | '.join(header)} |", f"| {' | '.join(align)} |"] + [f"| {' | '.join(r)} |" for r in rows]
+
+
+def _precision_rows(
+    scores: Sequence[Score], models: Sequence[str], k: int, bold: bool = False
+) -> list[list[str]]:
+    rows = []
+    for s in scores:
+        name = f"**{s.name}** ({s.corpus})" if bold else s.name
+        cells = [_pct(s.precision[m][k]) if s.precision else "–" for m in models]
+        rows.append([name, str(s.relations), f"{s.scored}/{s.facts}", *cells])
+    return rows
+
+
+def render_markdown(result: MacroResult) -> str:
+    """The report as Markdown: P@k tables per corpus, skipped facts, per-relation P@1, popularity buckets."""
+    models = result.models
+    lines = ["# BERT-kNN evaluation", ""]
+    lines += [
+        "Mean P@k in %: averaged over the facts of each relation, then over relations (LAMA's convention). "
+        "Facts scored / read: facts whose answer is not one token, or whose IR step found no context, are "
+        "left out and listed under *Skipped facts*.",
+        "",
+    ]
+    for k in result.ks:
+        lines += [f"## P@{k}", ""]
+        header = ["Corpus", "Relations", "Facts scored", *(label(m) for m in models)]
+        rows = _precision_rows(result.corpora, models, k) + _precision_rows(
+            result.aggregates, models, k, True
+        )
+        lines += [*_table(header, rows), ""]
+    lines += ["## Skipped facts", ""]
+    # No-article facts have their own column, whether they were skipped or scored as wrong.
+    reasons = sorted({r for s in result.relations for r in s.skipped} - {NO_ARTICLE})
+    header = ["Corpus", "Relation", "Facts", "Scored", "No article", *reasons]
+    rows = [
+        [
+            s.corpus,
+            s.name,
+            str(s.facts),
+            str(s.scored),
+            str(s.no_article),
+            *(str(s.skipped.get(r, 0)) for r in reasons),
+        ]
+        for s in result.relations
+    ]
+    lines += [*_table(header, rows, 2), ""]
+    first = result.ks[0]
+    lines += [f"## Per relation, P@{first}", ""]
+    header = ["Corpus", "Relation", "Facts scored", *(label(m) for m in models)]
+    rows = [
+        [
+            s.corpus,
+            s.name,
+            f"{s.scored}/{s.facts}",
+            *(_pct(s.precision[m][first]) if s.precision else "–" for m in models),
+        ]
+        for s in result.relations
+    ]
+    lines += [*_table(header, rows, 2), ""]
+    if result.popularity:
+        lines += ["## P@1 by subject popularity", ""]
+        lines += ["Buckets: the 10-bin histogram edges of log(popularity) (natural log), as in PopQA.", ""]
+        header = ["log popularity", "Facts", *(label(m) for m in models)]
+        rows = [
+            [f"[{b.low:.2f}, {b.high:.2f}{']' if i == len(result.popularity) - 1 else ')'}", str(b.facts)]
+            + [_pct(b.precision.get(m)) for m in models]
+            for i, b in enumerate(result.popularity)
+        ]
+        lines += [*_table(header, rows), ""]
+    return "\n".join(lines)
+
+
+def plot_precision(result: MacroResult, path: Path) -> None:
+    """Grouped bars like the paper's Figure 2: one panel per corpus, groups P@k, one bar per model."""
+    from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
+
+    panels = [s for s in [*result.corpora, *result.aggregates] if s.precision]
+    fig = Figure(figsize=(4 * max(len(panels), 1), 3.6), layout="constrained")
+    axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
+    if not panels:
+        axes[0].text(0.5, 0.5, "no scored facts", ha="center", va="center")
+        axes[0].set_axis_off()
+    width = 0.8 / len(result.models)
+    for ax, score in zip(axes, panels):
+        for i, model in enumerate(result.models):
+            xs = [j + (i - (len(result.models) - 1) / 2) * width for j in range(len(result.ks))]
+            heights = [100 * score.precision[model][k] for k in result.ks]
+            ax.bar(xs, heights, width, label=label(model), color=COLORS.get(model, f"C{3 + i}"))
+        ax.set_xticks(range(len(result.ks)), [f"P@{k}" for k in result.ks])
+        ax.set_ylim(0, 100)
+        ax.set_title(f"{score.name} ({score.relations} rel., {score.scored} facts)", fontsize=9)
+    axes[0].set_ylabel("mean P@k (%)")
+    if panels:
+        axes[0].legend(fontsize=8)
+    fig.savefig(path, dpi=120)
+
+
+def plot_popularity(buckets: Sequence[Bucket], path: Path) -> None:
+    """P@1 per log-popularity bucket, parametric BERT against BERT-kNN (PopQA's Figure-style analysis)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.6), layout="constrained")
+    ax = fig.subplots()
+    models = [m for m in POPULARITY_MODELS if any(m in b.precision for b in buckets)]
+    width = 0.8 / max(len(models), 1)
+    for i, model in enumerate(models):
+        xs = [j + (i - (len(models) - 1) / 2) * width for j in range(len(buckets))]
+        heights = [100 * b.precision.get(model, 0.0) for b in buckets]
+        ax.bar(xs, heights, width, label=label(model), color=COLORS.get(model, f"C{3 + i}"))
+    ax.set_xticks(range(len(buckets)), [f"{b.low:.1f}\n({b.facts})" for b in buckets], fontsize=7)
+    ax.set_xlabel("log popularity, bucket start (facts)")
+    ax.set_ylabel("P@1 (%)")
+    ax.set_ylim(0, 100)
+    if models:
+        ax.legend(fontsize=8)
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,147 @@
+"""The CLI: ingest, add, query, stats, demo through click's runner; exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from bertknn_search.cli import main
+from bertknn_search.config import Config
+
+
+def run(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+def one_line_error(result: Result, code: int = 1) -> str:
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 or code == 2, result.output
+    return lines[-1]
+
+
+def test_ingest_query_stats_round_trip(base_config: Config, corpus: Path, tmp_path: Path) -> None:
+    index = tmp_path / "idx"
+    common = ["--index", index, "--device", "cpu"]
+    r = run(
+        "ingest", "wiki", corpus, "--model", base_config.model, "--max-length", "64", "--no-progress", *common
+    )
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(
+        "ingested 20 articles (0 already stored, 0 empty skipped): 60 sentences, 500 contexts"
+    )
+
+    r = run("stats", "--index", index, "--json")
+    stats = json.loads(r.output)
+    assert (stats["articles"], stats["sentences"], stats["contexts"]) == (20, 60, 500)
+    assert stats["meta"]["model"] == str(Path(base_config.model).resolve()) and stats["meta"]["layer"] == 11
+
+    r = run(
+        "query",
+        "Zorblat was born in [MASK].",
+        "--subject",
+        "Zorblat",
+        "--temperature",
+        "1",
+        "--json",
+        *common,
+    )
+    answer = json.loads(r.output)
+    assert answer["bert_knn"][0]["word"] == "quenton"
+    assert answer["articles"] == [{"id": "100", "title": "Zorblat", "score": None}]
+    assert len(answer["bert"]) == 10 and answer["n_neighbors"] == 25
+
+    r = run("query", "Zorblat was born in [MASK].", "--subject", "Zorblat", "--top", "3", *common)
+    assert r.exit_code == 0
+    assert "articles: Zorblat [own article]" in r.output and "BERT-kNN" in r.output
+    assert "Zorblat was born in [Quenton]." in r.output  # the evidence, with the answer marked
+
+    r = run("stats", "--index", index)
+    assert "contexts          500" in r.output and "bytes per context" in r.output
+
+
+def test_batch_questions_from_stdin(built_index: Config) -> None:
+    lines = "Zorblat was born in [MASK].\tZorblat\nMirvane was born in [MASK].\tMirvane\n\n"
+    r = run("query", "--file", "-", "--json", "--temperature", "1", "--index", built_index.index, input=lines)
+    answers = [json.loads(line) for line in r.output.splitlines()]
+    assert [a["subject"] for a in answers] == ["Zorblat", "Mirvane"]
+    assert [a["bert_knn"][0]["word"] for a in answers] == ["quenton", "farrowby"]
+
+
+def test_add_then_query(index_copy: Config, tmp_path: Path) -> None:
+    new = tmp_path / "new.jsonl"
+    new.write_text(
+        json.dumps({"id": "900", "title": "Gorvash", "text": "Gorvash was born in Yentil."}) + "\n"
+    )
+    r = run("add", new, "--index", index_copy.index, "--no-progress", "--json")
+    assert json.loads(r.output)["articles"] == 1
+    r = run(
+        "query", "Gorvash was born in [MASK].", "--subject", "Gorvash", "--json", "--index", index_copy.index
+    )
+    assert json.loads(r.output)["knn"][0]["word"] == "yentil"
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(
+    ("question", "message"),
+    [
+        ("Zorblat was born in Quenton.", "Error: the question must contain exactly one [MASK], found 0"),
+        ("[MASK] was born in [MASK].", "Error: the question must contain exactly one [MASK], found 2"),
+        ("  ", "Error: the question is empty; write a sentence with one [MASK]"),
+    ],
+)
+def test_bad_questions_are_one_line_errors(built_index: Config, question: str, message: str) -> None:
+    line = one_line_error(run("query", question, "--index", built_index.index))
+    assert line.startswith(message)
+
+
+@pytest.mark.reliability
+def test_missing_and_corrupt_index(tmp_path: Path) -> None:
+    line = one_line_error(run("query", "a [MASK].", "--index", tmp_path / "nope"))
+    assert line == f"Error: no index at {tmp_path / 'nope'}; build one with 'bertknn-search ingest wiki'"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "index.sqlite").write_bytes(b"\x00garbage" * 512)
+    line = one_line_error(run("stats", "--index", bad))
+    assert line.startswith(f"Error: index at {bad} cannot be read")
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--top", "0"), ("-k", "0"), ("--lambda", "1.5"), ("--n-articles", "0")]
+)
+def test_out_of_range_flags_exit_2(built_index: Config, flag: str, value: str) -> None:
+    r = run("query", "a [MASK].", flag, value, "--index", built_index.index)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert f"Invalid value for '{flag}'" in r.output or "Invalid value for" in r.output
+
+
+@pytest.mark.reliability
+def test_model_mismatch_is_a_clear_error(built_index: Config, tmp_path: Path) -> None:
+    from bertknn_search.demo import build_tiny_model
+
+    other = build_tiny_model(tmp_path / "other-model", hidden=32)
+    line = one_line_error(run("query", "a [MASK].", "--model", other, "--index", built_index.index))
+    assert line.startswith(f"Error: index at {built_index.index} was built with model=")
+    assert "drop --model or use another --index" in line
+    new = tmp_path / "a.jsonl"
+    new.write_text(json.dumps({"id": "1", "title": "t", "text": "x"}) + "\n")
+    line = one_line_error(run("add", new, "--model", other, "--index", built_index.index))
+    assert "drop --model" in line
+
+
+def test_demo_runs_offline(tmp_path: Path) -> None:
+    r = run("demo", "--dir", tmp_path / "demo", "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "ingested 20 articles" in r.output
+    assert r.output.count("Q: ") == 3
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    for path in (["ingest", "wiki"], ["add"], ["query"], ["stats"], ["demo"]):
+        r = run(*path, "--help")
+        assert r.exit_code == 0 and "Example: bertknn-search" in r.output, path

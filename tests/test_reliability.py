@@ -1,0 +1,289 @@
+"""Reliability: killed ingests resume, adds under live queries, faults leave no half-written state."""
+
+from __future__ import annotations
+
+import bz2
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.cli import main
+from bertknn_search.config import Config
+from bertknn_search.demo import CITIES, FILLER, PEOPLE
+from bertknn_search.errors import BackendError
+
+pytestmark = pytest.mark.reliability
+WAIT = 120.0  # upper bound for any subprocess step; the steps take seconds
+
+
+def write_big_corpus(path: Path, n: int, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    words = FILLER + PEOPLE + CITIES
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(n):
+            sentences = [
+                " ".join(rng.choice(words) for _ in range(rng.randint(6, 14))).capitalize() + "."
+                for _ in range(4)
+            ]
+            out.write(json.dumps({"id": str(i), "title": f"Article {i}", "text": " ".join(sentences)}) + "\n")
+
+
+def cli(*args: object) -> list[str]:
+    return [sys.executable, "-m", "bertknn_search", *map(str, args)]
+
+
+def stored_articles(index: Path) -> int:
+    db = index / "index.sqlite"
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM articles").fetchone()[0]
+    except sqlite3.Error:
+        return 0  # the schema may not be there yet
+
+
+def counts(index: Path) -> tuple[int, int, int]:
+    backend = EmbeddedBackend.open(index)
+    s = backend.stats()
+    backend.close()
+    return s.articles, s.sentences, s.contexts
+
+
+def start_ingest(corpus: Path, index: Path, model: str) -> subprocess.Popen[str]:
+    args = cli(
+        "ingest", "wiki", corpus, "--index", index, "--model", model, "--device", "cpu", "--max-length", 64
+    )
+    return subprocess.Popen(
+        [*args, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def wait_for_articles(proc: subprocess.Popen[str], index: Path, at_least: int) -> None:
+    """Poll (bounded) until the running ingest has committed some articles."""
+    for _ in range(int(WAIT / 0.05)):
+        if stored_articles(index) >= at_least:
+            return
+        try:
+            proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            continue
+        pytest.fail(f"ingest ended before it was interrupted: {proc.stderr.read() if proc.stderr else ''}")
+    pytest.fail("ingest committed nothing in time")
+
+
+@pytest.fixture(scope="module")
+def big_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("big") / "big.jsonl"
+    write_big_corpus(path, 260)
+    return path
+
+
+@pytest.fixture(scope="module")
+def clean_counts(big_corpus: Path, base_config: Config, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    from bertknn_search.ingest.pipeline import ingest
+
+    index = tmp_path_factory.mktemp("clean") / "index"
+    ingest(big_corpus, base_config.replace(index=index), progress=False)
+    return counts(index)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_interrupted_ingest_resumes_to_exactly_one_copy(
+    big_corpus: Path, base_config: Config, clean_counts: tuple, tmp_path: Path, sig: signal.Signals
+) -> None:
+    index = tmp_path / "index"
+    proc = start_ingest(big_corpus, index, base_config.model)
+    wait_for_articles(proc, index, at_least=64)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=WAIT)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        assert err.strip().splitlines()[-1] == (
+            "interrupted; nothing half-written is kept: run the same command again to resume"
+        )
+        assert "Traceback" not in err
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    done = stored_articles(index)
+    assert 0 < done < 260
+
+    rerun = start_ingest(big_corpus, index, base_config.model)
+    out, err = rerun.communicate(timeout=WAIT)
+    assert rerun.returncode == 0, err
+    assert f"({done:,} already stored" in out  # the finished part is reused, not redone
+    assert counts(index) == clean_counts
+
+
+def _query_worker(config: Config, question: str, subject: str, started, done, results) -> None:
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+
+    searcher = Searcher.open(config)
+    after_done = 0
+    for _ in range(400):  # bounded: the adds take a few seconds
+        try:
+            a = searcher.answer(Question(question, subject))
+            results.put(("ok", a.n_neighbors, a.knn[0].word if a.knn else None))
+        except Exception as exc:
+            results.put(("error", repr(exc), None))
+        started.set()
+        if done.is_set():
+            after_done += 1
+            if after_done >= 3:
+                break
+    searcher.close()
+
+
+def test_adds_while_other_processes_query(index_copy: Config, tmp_path: Path) -> None:
+    from bertknn_search.ingest.pipeline import add_articles
+
+    config = index_copy.replace(temperature=1.0)
+    versions = {
+        "v1": {"id": "555", "title": "Vesplin", "text": "Vesplin was born in Yentil. Vesplin was a poet."},
+        "v2": {
+            "id": "555",
+            "title": "Vesplin",
+            "text": "Vesplin was born in Gorrash. Vesplin lived in the north. The river is near Gorrash.",
+        },
+    }
+    files = {}
+    for name, row in versions.items():
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text(json.dumps(row) + "\n", encoding="utf-8")
+    sizes = {}
+    for name in ("v2", "v1"):
+        add_articles(files[name], config, progress=False)
+        sizes[name] = (
+            EmbeddedBackend.open(config.index).knn(np.zeros(64, np.float32), 1000, ["555"]).distances.size
+        )
+
+    ctx = mp.get_context("spawn")
+    started, done, results = ctx.Event(), ctx.Event(), ctx.Queue()
+    workers = [
+        ctx.Process(
+            target=_query_worker,
+            args=(config, "Vesplin was born in [MASK].", "Vesplin", started, done, results),
+        )
+        for _ in range(2)
+    ]
+    for w in workers:
+        w.start()
+    assert started.wait(WAIT)
+    for name in ("v2", "v1", "v2"):
+        add_articles(files[name], config, progress=False)
+    done.set()
+    seen = []
+    for w in workers:
+        w.join(WAIT)
+        assert w.exitcode == 0
+    while not results.empty():
+        seen.append(results.get())
+    assert seen and not [s for s in seen if s[0] == "error"]
+    # Every answer saw one whole version, never a mix or a part.
+    assert sizes["v1"] != sizes["v2"]
+    assert {(n, top) for _, n, top in seen} <= {(sizes["v1"], "yentil"), (sizes["v2"], "gorrash")}
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+
+    s = Searcher.open(config)
+    assert s.answer(Question("Vesplin was born in [MASK].", "Vesplin")).knn[0].word == "gorrash"
+    s.close()
+
+
+def test_disk_full_mid_write_keeps_nothing_half_written(
+    index_copy: Config, tmp_path: Path, monkeypatch
+) -> None:
+    rows = [
+        {"id": str(800 + i), "title": f"New {i}", "text": f"Zorblat met poet {i} in Quenton."}
+        for i in range(3)
+    ]
+    path = tmp_path / "new.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    before = counts(index_copy.index)
+    real = EmbeddedBackend._write_one
+    calls = []
+
+    def failing(self, cur, item):
+        calls.append(item.article.id)
+        if len(calls) == 2:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, cur, item)
+
+    monkeypatch.setattr(EmbeddedBackend, "_write_one", failing)
+    result = CliRunner().invoke(main, ["add", str(path), "--index", str(index_copy.index), "--no-progress"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip() == (
+        f"Error: cannot write to index at {index_copy.index}: database or disk is full; nothing was written"
+    )
+    assert counts(index_copy.index) == before
+    with pytest.raises(BackendError):
+        backend = EmbeddedBackend.open(index_copy.index)
+        try:
+            calls.clear()
+            from bertknn_search.records import Article, ContextBlock, EncodedArticle
+
+            empty = ContextBlock.empty(backend.meta().dim, ["x"])
+            backend.add_articles([EncodedArticle(Article(str(i), "t", "x"), empty, "f") for i in (1, 2)])
+        finally:
+            assert backend.fingerprints(["1", "2"]) == {}
+            backend.close()
+
+
+def test_add_with_an_empty_article_writes_nothing(index_copy: Config, tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    rows = [
+        {"id": "700", "title": "Good", "text": "Zorblat was a poet."},
+        {"id": "701", "title": "Blank", "text": "  "},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    before = counts(index_copy.index)
+    result = CliRunner().invoke(main, ["add", str(path), "--index", str(index_copy.index)])
+    assert result.exit_code == 1
+    assert (
+        result.output.strip() == f"Error: {path}: article 'Blank' (id 701) has no text; add text or drop it"
+    )
+    assert counts(index_copy.index) == before
+
+
+@pytest.mark.parametrize("case", ["truncated-bz2", "not-utf8", "unknown-format", "bad-json"])
+def test_bad_dumps_are_one_line_errors(base_config: Config, tmp_path: Path, case: str) -> None:
+    good = b'{"id": 1, "title": "A", "text": "Zorblat was a poet."}\n'
+    if case == "truncated-bz2":
+        path = tmp_path / "dump.xml.bz2"
+        path.write_bytes(bz2.compress(b"<mediawiki>" + b"<page><title>x</title></page>" * 500)[:200])
+    elif case == "not-utf8":
+        path = tmp_path / "dump.jsonl"
+        path.write_bytes(good + b'{"id": 2, "title": "B", "text": "caf\xe9"}\n')
+    elif case == "unknown-format":
+        path = tmp_path / "dump.docx"
+        path.write_bytes(b"PK\x03\x04 not a dump")
+    else:
+        path = tmp_path / "dump.jsonl"
+        path.write_bytes(good + b"{not json\n")
+    index = tmp_path / "index"
+    args = ["ingest", "wiki", str(path), "--index", str(index), "--model", base_config.model, "--no-progress"]
+    result = CliRunner().invoke(main, [*args, "--device", "cpu", "--max-length", "64"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and str(path) in lines[0]
+    # Whatever was read before the bad part is complete: each stored article has all its contexts.
+    if index.exists():
+        arts, sents, _ = counts(index)
+        assert arts in (0, 1) and sents == arts
