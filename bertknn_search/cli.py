@@ -82,6 +82,23 @@ def model_options(f: F) -> F:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per line).")
 
 
+def method_options(f: F) -> F:
+    """The paper's settings a query may change (the index fixes model and layer)."""
+    options = [
+        click.option("--top", type=click.IntRange(min=1, max=1000), help="Answers per ranking [default 10]."),
+        click.option("-k", "k", type=click.IntRange(min=1, max=100_000), help="Neighbours [default 128]."),
+        click.option(
+            "--n-articles", type=click.IntRange(min=1, max=1000), help="Articles searched [default 3]."
+        ),
+        click.option("--lambda", "lam", type=click.FloatRange(0.0, 1.0), help="Weight of kNN [default 0.3]."),
+        click.option(
+            "--temperature", type=click.FloatRange(min=0.0, min_open=True), help="The paper's l [default 6]."
+        ),
+        click.option("--distance", type=click.Choice(DISTANCES), help="d in exp(-d/l) [default squared-l2]."),
+    ]
+    return functools.reduce(lambda g, opt: opt(g), reversed(options), f)
+
+
 def make_config(model: str | None = None, insecure: bool = False, **flags: Any) -> Config:
     """The one place flags and environment variables become a Config (flags win)."""
     if model is not None and Path(model).exists():
@@ -210,14 +227,7 @@ def _print_summary(summary: Any, config: Config, as_json: bool, verb: str) -> No
     help="Questions, one per line ('-' for stdin); a tab may separate a subject.",
 )
 @click.option("--subject", help="The fact's subject: its own article is searched when a title matches.")
-@click.option("--top", type=click.IntRange(min=1, max=1000), help="Answers to show per ranking [default 10].")
-@click.option("-k", "k", type=click.IntRange(min=1, max=100_000), help="Neighbours [default 128].")
-@click.option("--n-articles", type=click.IntRange(min=1, max=1000), help="Articles searched [default 3].")
-@click.option("--lambda", "lam", type=click.FloatRange(0.0, 1.0), help="Weight of kNN [default 0.3].")
-@click.option(
-    "--temperature", type=click.FloatRange(min=0.0, min_open=True), help="The paper's l [default 6]."
-)
-@click.option("--distance", type=click.Choice(DISTANCES), help="Distance in exp(-d/l) [default squared-l2].")
+@method_options
 @click.option(
     "--no-ir", is_flag=True, help="Search every context instead of the top articles' (the paper's ablation)."
 )
@@ -332,3 +342,11 @@ def demo(out: Path, no_progress: bool) -> None:
     click.echo(
         f'\nTry: bertknn-search query --index {config.index} "Mirvane was born in [MASK]." --subject Mirvane'
     )
+
+
+def _register_subcommands() -> None:
+    # The eval commands live in their own module; importing it attaches them to ``main``.
+    import bertknn_search.cli_eval  # noqa: F401
+
+
+_register_subcommands()
