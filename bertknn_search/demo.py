@@ -66,10 +66,15 @@ def write_corpus(path: Path, facts: list[Fact], seed: int = 0) -> list[dict[str,
     return rows
 
 
-def build_tiny_model(out: Path, layers: int = 12, hidden: int = 64, seed: int = 0) -> Path:
+def build_tiny_model(
+    out: Path, layers: int = 12, hidden: int = 64, seed: int = 0,
+    words: list[str] | None = None,
+    max_positions: int = 64,
+) -> Path:
     """Save a randomly initialised 12-layer BertForMaskedLM and its uncased tokenizer to ``out``.
 
-    ``initializer_range`` is raised from BERT's 0.02 because at 0.02 a deep random model's state at the
+    ``words`` replaces the invented-facts vocabulary (whole words only: no wordpieces). ``initializer_range``
+    is raised from BERT's 0.02 because at 0.02 a deep random model's state at the
     mask depends on the position alone (rank collapse), so kNN could not tell contexts apart.
     """
     import torch
@@ -77,16 +82,17 @@ def build_tiny_model(out: Path, layers: int = 12, hidden: int = 64, seed: int = 
 
     out.mkdir(parents=True, exist_ok=True)
     vocab_file = out / "vocab.txt"
-    vocab_file.write_text("\n".join(vocabulary()) + "\n", encoding="utf-8")
+    vocab = vocabulary() if words is None else list(dict.fromkeys(SPECIALS + PUNCT + words))
+    vocab_file.write_text("\n".join(vocab) + "\n", encoding="utf-8")
     tokenizer = BertTokenizerFast(vocab=str(vocab_file), do_lower_case=True)
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=len(vocabulary()),
+        vocab_size=len(vocab),
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=2 * hidden,
-        max_position_embeddings=64,
+        max_position_embeddings=max_positions,
         initializer_range=0.1,
     )
     model = BertForMaskedLM(config).eval()

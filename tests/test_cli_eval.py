@@ -69,25 +69,29 @@ def test_eval_grid_writes_settings_the_query_command_reads(
     r = CliRunner().invoke(
         main,
         [
-            "eval",
-            "grid",
-            "--questions",
-            str(questions),
-            "--out",
-            str(settings),
-            "--index",
-            str(built_index.index),
-        ]
-        + ["--grid-n", "1,3", "--grid-lambda", "0.3,0.9", "--grid-k", "8,128", "--grid-temperature", "0.5,6"]
-        + ["--no-progress"],
+            *("eval", "grid", "--questions", str(questions), "--out", str(settings)),
+            *("--index", str(built_index.index), "--no-progress"),
+            *(
+                "--grid-n",
+                "1,3",
+                "--grid-lambda",
+                "0.3,0.9",
+                "--grid-k",
+                "8,128",
+                "--grid-temperature",
+                "0.5,6",
+            ),
+        ],
     )
     assert r.exit_code == 0, r.output
     best = json.loads(settings.read_text())
     assert set(best) <= {"n_articles", "k", "temperature", "lam"} and best["temperature"] in (0.5, 6.0)
     q = CliRunner().invoke(
         main,
-        ["query", "Zorblat was born in [MASK].", "--subject", "Zorblat", "--settings", str(settings)]
-        + ["--index", str(built_index.index), "--json"],
+        [
+            *("query", "Zorblat was born in [MASK].", "--subject", "Zorblat", "--settings", str(settings)),
+            *("--index", str(built_index.index), "--json"),
+        ],
     )
     assert q.exit_code == 0, q.output
 
