@@ -1,0 +1,1 @@
+"""OpenSearch index mappings, shipped as package data."""
