@@ -330,7 +330,11 @@ def demo(out: Path, no_progress: bool) -> None:
     from bertknn_search.search import Searcher
 
     files = prepare_demo(out)
-    config = make_config(model=str(files.model), index=out / "index", device="cpu", max_length=64)
+    # The tiny random model's distances are ~100x smaller than BERT-base's; l=1 plays the role l=6
+    # plays there (the nearest context dominates). A real model uses the paper's l=6.
+    config = make_config(
+        model=str(files.model), index=out / "index", device="cpu", max_length=64, temperature=1.0
+    )
     summary = run_ingest(files.corpus, config, progress=not no_progress)
     _print_summary(summary, config, False, "ingested")
     searcher = Searcher.open(config)
@@ -340,7 +344,8 @@ def demo(out: Path, no_progress: bool) -> None:
     finally:
         searcher.close()
     click.echo(
-        f'\nTry: bertknn-search query --index {config.index} "Mirvane was born in [MASK]." --subject Mirvane'
+        f"\nTry: bertknn-search query --index {config.index} --temperature 1"
+        ' "Mirvane was born in [MASK]." --subject Mirvane'
     )
 
 

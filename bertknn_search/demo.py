@@ -67,7 +67,10 @@ def write_corpus(path: Path, facts: list[Fact], seed: int = 0) -> list[dict[str,
 
 
 def build_tiny_model(
-    out: Path, layers: int = 12, hidden: int = 64, seed: int = 0,
+    out: Path,
+    layers: int = 12,
+    hidden: int = 64,
+    seed: int = 0,
     words: list[str] | None = None,
     max_positions: int = 64,
 ) -> Path:
@@ -96,6 +99,9 @@ def build_tiny_model(
         initializer_range=0.1,
     )
     model = BertForMaskedLM(config).eval()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a 1-second save needs no progress bar
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
