@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from bertknn_search.backends import bm25
-from bertknn_search.backends.embedded import EmbeddedBackend, exact_knn
+from bertknn_search.backends.blocks import exact_knn
+from bertknn_search.backends.embedded import EmbeddedBackend
 from bertknn_search.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from bertknn_search.backends import bm25
 from bertknn_search.backends.base import check_meta
-from bertknn_search.backends.flat import FlatIndex
+from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
 from bertknn_search.stopwords import STOPWORDS
@@ -293,7 +293,7 @@ class EmbeddedBackend:
         blocks = self._load_blocks(sorted(set(article_ids)))
         return exact_knn(query, k, blocks)
 
-    def _load_blocks(self, article_ids: Sequence[str] | None) -> list[tuple[str, dict[str, np.ndarray]]]:
+    def _load_blocks(self, article_ids: Sequence[str] | None) -> list[tuple[str, Block]]:
         """Context arrays per article, sorted by article id (None: every article)."""
         sql = (
             "SELECT a.id, c.vectors, c.token_ids, c.sentence_ids, c.starts, c.ends FROM contexts c"
@@ -356,38 +356,6 @@ class EmbeddedBackend:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def exact_knn(query: np.ndarray, k: int, blocks: list[tuple[str, dict[str, np.ndarray]]]) -> Neighbors:
-    """Exact k nearest rows of ``blocks`` to ``query`` by squared L2.
-
-    Ties are broken by (article id, sentence, start), the order both backends use.
-    """
-    blocks = [(aid, b) for aid, b in blocks if len(b["token_ids"])]
-    if not blocks:
-        return Neighbors.empty()
-    keys = np.concatenate([b["vectors"] for _, b in blocks]).astype(np.float32)
-    owner = np.concatenate([np.full(len(b["token_ids"]), i) for i, (_, b) in enumerate(blocks)])
-    cols = {
-        name: np.concatenate([b[name] for _, b in blocks])
-        for name in ("token_ids", "sentence_ids", "starts", "ends")
-    }
-    diff = keys - query[None, :]
-    dist = np.einsum("ij,ij->i", diff, diff)
-    if k < len(dist):
-        cut = np.partition(dist, k - 1)[k - 1]
-        pool = np.flatnonzero(dist <= cut)
-    else:
-        pool = np.arange(len(dist))
-    order = pool[np.lexsort((cols["starts"][pool], cols["sentence_ids"][pool], owner[pool], dist[pool]))][:k]
-    return Neighbors(
-        distances=dist[order].astype(np.float32),
-        token_ids=cols["token_ids"][order].astype(np.int64),
-        article_ids=[blocks[i][0] for i in owner[order]],
-        sentence_ids=cols["sentence_ids"][order],
-        starts=cols["starts"][order],
-        ends=cols["ends"][order],
-    )
 
 
 def _connect(db: Path) -> sqlite3.Connection:

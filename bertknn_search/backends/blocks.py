@@ -1,4 +1,4 @@
-"""FlatIndex: a FAISS index over every stored context, for the paper's kNN-without-IR mode."""
+"""Context blocks in memory: exact kNN over a few articles' blocks, and a FAISS index over all of them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 
 from bertknn_search.records import Neighbors
+
+# One article's context arrays: vectors (n, dim) float16; token_ids, sentence_ids, starts, ends (n,) int32.
+Block = dict[str, np.ndarray]
 
 
 @dataclass
@@ -28,7 +31,7 @@ class FlatIndex:
     ends: np.ndarray
 
     @classmethod
-    def build(cls, blocks: list[tuple[str, dict[str, np.ndarray]]], dim: int, generation: int) -> FlatIndex:
+    def build(cls, blocks: list[tuple[str, Block]], dim: int, generation: int) -> FlatIndex:
         import faiss
 
         index = faiss.IndexFlatL2(dim)
@@ -67,3 +70,35 @@ class FlatIndex:
             starts=self.starts[rows],
             ends=self.ends[rows],
         )
+
+
+def exact_knn(query: np.ndarray, k: int, blocks: list[tuple[str, Block]]) -> Neighbors:
+    """Exact k nearest rows of ``blocks`` to ``query`` by squared L2.
+
+    Ties are broken by (article id, sentence, start), the order both backends use.
+    """
+    blocks = [(aid, b) for aid, b in blocks if len(b["token_ids"])]
+    if not blocks:
+        return Neighbors.empty()
+    keys = np.concatenate([b["vectors"] for _, b in blocks]).astype(np.float32)
+    owner = np.concatenate([np.full(len(b["token_ids"]), i) for i, (_, b) in enumerate(blocks)])
+    cols = {
+        name: np.concatenate([b[name] for _, b in blocks])
+        for name in ("token_ids", "sentence_ids", "starts", "ends")
+    }
+    diff = keys - query[None, :]
+    dist = np.einsum("ij,ij->i", diff, diff)
+    if k < len(dist):
+        cut = np.partition(dist, k - 1)[k - 1]
+        pool = np.flatnonzero(dist <= cut)
+    else:
+        pool = np.arange(len(dist))
+    order = pool[np.lexsort((cols["starts"][pool], cols["sentence_ids"][pool], owner[pool], dist[pool]))][:k]
+    return Neighbors(
+        distances=dist[order].astype(np.float32),
+        token_ids=cols["token_ids"][order].astype(np.int64),
+        article_ids=[blocks[i][0] for i in owner[order]],
+        sentence_ids=cols["sentence_ids"][order],
+        starts=cols["starts"][order],
+        ends=cols["ends"][order],
+    )
