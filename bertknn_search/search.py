@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +27,23 @@ from bertknn_search.retrieve import retrieve
 
 EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown
 EVIDENCE_SENTENCES = 3
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One question's intermediate results: what was searched, what was found, the three distributions.
+
+    Attributes:
+        hits: the articles searched; None in no-IR mode.
+        neighbors: the k nearest contexts.
+        p_bert, p_knn, p: (V,) distributions; p_knn is all zeros without neighbours.
+    """
+
+    hits: list[ArticleHit] | None
+    neighbors: Neighbors
+    p_bert: np.ndarray
+    p_knn: np.ndarray
+    p: np.ndarray
 
 
 class Searcher:
@@ -83,41 +101,48 @@ class Searcher:
     def answer(self, question: Question) -> Answer:
         return self.answer_batch([question])[0]
 
-    def answer_batch(self, questions: Sequence[Question]) -> list[Answer]:
-        """Answer several questions; the model runs once for the whole batch.
+    def score_batch(self, questions: Sequence[Question], config: Config | None = None) -> list[Scored]:
+        """The three distributions for each question; the model runs once for the whole batch.
+
+        Args:
+            questions: cloze questions, each with exactly one [MASK].
+            config: method settings to use instead of the Searcher's (evaluation tries several).
 
         Raises:
             QuestionError: a question without exactly one [MASK] (checked before any work).
         """
-        cfg = self.config
+        cfg = config or self.config
         for q in questions:
             self.encoder.prepare(q.text)  # validate all before spending time on any
         states, p_bert = self.encode(questions)
-        answers = []
+        scored = []
         for q, state, pb in zip(questions, states, p_bert):
-            hits = self.retrieve(q) if cfg.use_ir else None
-            nb = self.neighbors(state, hits)
-            p_knn = knn_probs(
-                nb.distances,
-                nb.token_ids,
-                self.encoder.vocab_size,
-                cfg.temperature,
-                cfg.distance == "squared-l2",
+            hits = self.retrieve(q, cfg.n_articles) if cfg.use_ir else None
+            nb = self.neighbors(state, hits, cfg.k)
+            squared = cfg.distance == "squared-l2"
+            p_knn = knn_probs(nb.distances, nb.token_ids, self.encoder.vocab_size, cfg.temperature, squared)
+            scored.append(Scored(hits, nb, pb, p_knn, interpolate(p_knn, pb, cfg.lam)))
+        return scored
+
+    def answer_batch(self, questions: Sequence[Question]) -> list[Answer]:
+        """Answer several questions: rankings, articles and evidence.
+
+        Raises:
+            QuestionError: a question without exactly one [MASK] (checked before any work).
+        """
+        answers = []
+        for q, s in zip(questions, self.score_batch(questions)):
+            answer = Answer(
+                question=q.text,
+                subject=q.subject,
+                articles=list(s.hits or []),
+                bert_knn=self._predictions(s.p),
+                bert=self._predictions(s.p_bert),
+                knn=self._predictions(s.p_knn),
+                evidence=[],
+                n_neighbors=len(s.neighbors),
             )
-            p = interpolate(p_knn, pb, cfg.lam)
-            answers.append(
-                Answer(
-                    question=q.text,
-                    subject=q.subject,
-                    articles=list(hits or []),
-                    bert_knn=self._predictions(p),
-                    bert=self._predictions(pb),
-                    knn=self._predictions(p_knn),
-                    evidence=[],
-                    n_neighbors=len(nb),
-                )
-            )
-            answers[-1] = _with_evidence(answers[-1], nb, self.backend)
+            answers.append(_with_evidence(answer, s.neighbors, self.backend))
         return answers
 
     def _predictions(self, p: np.ndarray) -> list[Prediction]:

@@ -21,8 +21,7 @@ from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
 from bertknn_search.eval.report import write_report
-from bertknn_search.interpolate import interpolate, rank
-from bertknn_search.knn import knn_probs
+from bertknn_search.interpolate import rank
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
 
@@ -170,20 +169,11 @@ def _rank_batch(
     searcher: Searcher, batch: Sequence[Prepared], config: Config, allowed: np.ndarray | None
 ) -> list[dict[str, Any]]:
     """One checkpoint line per fact: rank of the first gold id per model, and each model's top words."""
-    states, p_bert = searcher.encode([p.question for p in batch])
     vocab, top = searcher.encoder.vocab, max(KS)
     lines = []
-    for item, state, pb in zip(batch, states, p_bert):
-        hits = searcher.retrieve(item.question, config.n_articles) if config.use_ir else None
-        nb = searcher.neighbors(state, hits, config.k)
-        p_knn = knn_probs(
-            nb.distances,
-            nb.token_ids,
-            searcher.encoder.vocab_size,
-            config.temperature,
-            config.distance == "squared-l2",
-        )
-        dists = {"bert": pb, "knn": p_knn, "bert_knn": interpolate(p_knn, pb, config.lam)}
+    for item, scored in zip(batch, searcher.score_batch([p.question for p in batch], config)):
+        hits, nb = scored.hits, scored.neighbors
+        dists = {"bert": scored.p_bert, "knn": scored.p_knn, "bert_knn": scored.p}
         ranked = {m: rank(p, top, allowed)[0].tolist() for m, p in dists.items()}
         ranks = {
             m: next((i for i, t in enumerate(ids, 1) if t in item.gold), None) for m, ids in ranked.items()
