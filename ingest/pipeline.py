@@ -105,7 +105,9 @@ def ingest(
                     counts["contexts"] += len(rows)
                 bar.update(len(chunk))
                 elapsed = time.perf_counter() - started
-                bar.set_postfix(contexts=counts["contexts"], ctx_per_s=f"{counts['contexts'] / elapsed:.0f}")
+                bar.set_postfix(
+                    contexts=f"{counts['contexts']:,}", ctx_per_s=f"{counts['contexts'] / elapsed:,.0f}"
+                )
             while pending:
                 pending.popleft().result()
     finally:
