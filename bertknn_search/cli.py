@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from bertknn_search.config import BACKENDS, DISTANCES, MASK_POLICIES, Config
+from bertknn_search.config import BACKENDS, DISTANCES, MASK_POLICIES, STORE_DTYPES, Config
 from bertknn_search.errors import BertKnnError, IndexMismatchError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,7 +122,9 @@ def adopt_index(config: Config, model_given: bool, layer_given: bool) -> Config:
                 f"index at {config.index} was built with {name}={getattr(meta, name)!r}, not"
                 f" {getattr(config, name)!r}; drop --{name} or use another --index"
             )
-    return config.replace(model=meta.model, layer=meta.layer, mask_policy=meta.mask_policy)
+    return config.replace(
+        model=meta.model, layer=meta.layer, mask_policy=meta.mask_policy, store_dtype=meta.store_dtype
+    )
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -162,6 +164,11 @@ def _ingest_options(f: F) -> F:
     "--mask-policy",
     type=click.Choice(MASK_POLICIES),
     help="Which words get a context [default single-wordpiece].",
+)
+@click.option(
+    "--store-dtype",
+    type=click.Choice(STORE_DTYPES),
+    help="Context vectors on disk: float16, or int8 (per-vector scale, half the bytes) [default float16].",
 )
 @click.option(
     "--max-length",

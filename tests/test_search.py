@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,29 @@ def test_querying_with_another_model_is_a_clear_error(built_index: Config, tmp_p
     other = build_tiny_model(tmp_path / "other", hidden=32)
     with pytest.raises(IndexMismatchError, match="use the index's model"):
         Searcher.open(built_index.replace(model=str(other)))
+
+
+def test_int8_store_answers_like_float16_in_fewer_bytes(
+    built_index: Config, corpus: Path, facts: list[Fact], tmp_path: Path
+) -> None:
+    from bertknn_search.ingest.pipeline import ingest
+
+    config = built_index.replace(index=tmp_path / "int8", store_dtype="int8", temperature=SHARP)
+    ingest(corpus, config, progress=False)
+    small, full = Searcher.open(config), Searcher.open(built_index.replace(temperature=SHARP))
+    try:
+        assert small.backend.meta().store_dtype == "int8"
+        vector_bytes = []
+        for index in (config.index, built_index.index):
+            with sqlite3.connect(index / "index.sqlite") as conn:
+                vector_bytes.append(conn.execute("SELECT SUM(LENGTH(vectors)) FROM contexts").fetchone()[0])
+        # 500 contexts of dim 64: 64 codes + a 4-byte scale each, against 128 bytes of float16.
+        assert vector_bytes == [500 * 68, 500 * 128]
+        for a, b in zip(
+            small.answer_batch([born(f) for f in facts]), full.answer_batch([born(f) for f in facts])
+        ):
+            assert a.bert_knn[0].word == b.bert_knn[0].word
+            assert [p.word for p in a.knn[:3]] == [p.word for p in b.knn[:3]]
+    finally:
+        small.close()
+        full.close()

@@ -9,7 +9,8 @@ import numpy as np
 
 from bertknn_search.records import Neighbors
 
-# One article's context arrays: vectors (n, dim) float16; token_ids, sentence_ids, starts, ends (n,) int32.
+# One article's context arrays: vectors (n, dim) float32 (decoded from the store); token_ids, sentence_ids,
+# starts, ends (n,) int32.
 Block = dict[str, np.ndarray]
 
 
@@ -80,7 +81,7 @@ def exact_knn(query: np.ndarray, k: int, blocks: list[tuple[str, Block]]) -> Nei
     blocks = [(aid, b) for aid, b in blocks if len(b["token_ids"])]
     if not blocks:
         return Neighbors.empty()
-    keys = np.concatenate([b["vectors"] for _, b in blocks]).astype(np.float32)
+    keys = np.concatenate([b["vectors"] for _, b in blocks]).astype(np.float32, copy=False)
     owner = np.concatenate([np.full(len(b["token_ids"]), i) for i, (_, b) in enumerate(blocks)])
     cols = {
         name: np.concatenate([b[name] for _, b in blocks])

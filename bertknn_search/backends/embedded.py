@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertknn_search.backends import bm25
+from bertknn_search.backends import bm25, codec
 from bertknn_search.backends.base import check_meta
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
@@ -189,7 +189,7 @@ class EmbeddedBackend:
             (
                 rowid,
                 json.dumps(block.sentences, ensure_ascii=False),
-                np.ascontiguousarray(block.vectors, dtype=np.float16).tobytes(),
+                codec.encode(block.vectors, self._meta.store_dtype),
                 block.token_ids.astype(np.int32).tobytes(),
                 block.sentence_ids.astype(np.int32).tobytes(),
                 block.starts.astype(np.int32).tobytes(),
@@ -303,14 +303,14 @@ class EmbeddedBackend:
         if article_ids is not None:
             sql += f" WHERE a.id IN ({','.join('?' * len(article_ids))})"
             args = list(article_ids)
-        dim = self._meta.dim
+        dim, dtype = self._meta.dim, self._meta.store_dtype
         with self._read() as cur:
             rows = cur.execute(sql + " ORDER BY a.id", args).fetchall()
         return [
             (
                 aid,
                 {
-                    "vectors": np.frombuffer(v, dtype=np.float16).reshape(-1, dim),
+                    "vectors": codec.decode(v, len(t) // 4, dim, dtype),
                     "token_ids": np.frombuffer(t, dtype=np.int32),
                     "sentence_ids": np.frombuffer(s, dtype=np.int32),
                     "starts": np.frombuffer(a, dtype=np.int32),
