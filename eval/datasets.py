@@ -99,8 +99,12 @@ def read_templates(path: Path) -> dict[str, str]:
     return templates
 
 
-def _cloze(template: str, subject: str) -> str:
-    return template.replace("[X]", subject).replace("[Y]", MASK)
+def cloze(template: str, subject: str) -> str:
+    """LAMA's cloze: [X] -> subject, [Y] -> [MASK].
+
+    [Y] is replaced first, so a subject that happens to contain "[Y]" stays literal text.
+    """
+    return template.replace("[Y]", MASK).replace("[X]", subject)
 
 
 def _relation_files(folder: Path) -> list[Path]:
@@ -117,7 +121,7 @@ def _template_facts(path: Path, corpus: str, relation: str, template: str) -> li
         subject = text_field(row, "sub_label", where)
         obj = text_field(row, "obj_label", where)
         uuid = text_field(row, "uuid", where)
-        facts.append(Fact(corpus, relation, _cloze(template, subject), (obj,), subject, uuid))
+        facts.append(Fact(corpus, relation, cloze(template, subject), (obj,), subject, uuid))
     return facts
 
 
@@ -271,7 +275,7 @@ def read_popqa(path: Path, split: str = "test") -> list[Fact]:
         Fact(
             "PopQA",
             r.prop,
-            _cloze(popqa.TEMPLATES[r.prop], r.subject),
+            cloze(popqa.TEMPLATES[r.prop], r.subject),
             r.answers,
             r.subject,
             r.id,
