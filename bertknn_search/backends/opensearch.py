@@ -1,0 +1,338 @@
+"""OpenSearchBackend: articles (BM25) and their contexts (k-NN vectors) in two OpenSearch indices.
+
+Visibility: an article's contexts are written under a new generation (``<id>:<fingerprint>``) first, then
+its article doc naming that generation, then older generations are deleted. Readers look the generation
+up in the article doc and filter on it, so an article is never half-visible and a replaced article never
+mixes old and new contexts. Request bodies live in ``opensearch_bodies``, connections in
+``opensearch_client``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+from opensearchpy import OpenSearch
+from opensearchpy.exceptions import NotFoundError, RequestError
+from opensearchpy.helpers import streaming_bulk
+
+from bertknn_search.backends import opensearch_bodies as bodies
+from bertknn_search.backends.base import check_meta
+from bertknn_search.backends.opensearch_client import (
+    RetryPolicy,
+    bulk_error_message,
+    call,
+    is_transient,
+    make_client,
+    one_line,
+    public_url,
+)
+from bertknn_search.config import Config
+from bertknn_search.errors import BackendError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+
+T = TypeVar("T")
+BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
+MGET_CHUNK = 1000
+# While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete) and
+# no replica copies; both are put back by close().
+BULK_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
+
+
+class OpenSearchBackend:
+    """The OpenSearch backend: ``<prefix>-articles`` and ``<prefix>-contexts`` on one cluster."""
+
+    name = "opensearch"
+    retry: ClassVar[RetryPolicy] = RetryPolicy()
+
+    def __init__(self, client: OpenSearch, config: Config, meta: IndexMeta) -> None:
+        self.client = client
+        self.url = public_url(config.opensearch_url or "")
+        self.prefix = config.opensearch_prefix
+        self.names = bodies.index_names(self.prefix)
+        self._meta = meta
+        self._restore: dict[str, dict[str, Any]] | None = None  # settings to put back after bulk loading
+
+    # -- opening ----------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, config: Config, meta: IndexMeta) -> OpenSearchBackend:
+        """Create both indices with ``meta`` (those that exist are kept) and open them.
+
+        Raises:
+            IndexMismatchError: the indices exist and were built with other encoding settings.
+            IndexCorruptError, BackendError, ConfigError: see ``open``.
+        """
+        client = make_client(config)
+        url = public_url(config.opensearch_url or "")
+        names = bodies.index_names(config.opensearch_prefix)
+        for kind, body in bodies.create_bodies(meta).items():
+            call(f"create index {names[kind]}", url, _create_index(client, names[kind], body), cls.retry)
+        backend = cls._open(client, config)
+        try:
+            check_meta(backend.meta(), meta, backend.location)
+        except IndexMismatchError:
+            client.close()
+            raise
+        return backend
+
+    @classmethod
+    def open(cls, config: Config) -> OpenSearchBackend:
+        """Open existing indices; the caller compares the model and layer with its config.
+
+        Raises:
+            IndexNotFoundError: either index is missing.
+            IndexCorruptError: ``_meta`` is missing, of another schema version, or inconsistent.
+            BackendError: the cluster cannot be reached or refuses.
+            ConfigError: no usable URL or CA file.
+        """
+        client = make_client(config)
+        try:
+            return cls._open(client, config)
+        except BaseException:
+            client.close()
+            raise
+
+    @classmethod
+    def _open(cls, client: OpenSearch, config: Config) -> OpenSearchBackend:
+        url = public_url(config.opensearch_url or "")
+        names = bodies.index_names(config.opensearch_prefix)
+        where = f"{url} ({names['articles']}, {names['contexts']})"
+
+        def get_mappings() -> dict[str, Any] | None:
+            try:
+                return client.indices.get_mapping(index=",".join(names.values()))
+            except NotFoundError:
+                return None
+
+        response = call("read the index mappings", url, get_mappings, cls.retry)
+        if response is None or not all(name in response for name in names.values()):
+            raise IndexNotFoundError(
+                f"no bertknn-search index at {where}; build one with"
+                " 'bertknn-search ingest wiki --backend opensearch' or check --opensearch-prefix"
+            )
+        return cls(client, config, bodies.meta_from_mappings(response, names, where))
+
+    @property
+    def location(self) -> str:
+        """Where the indices are, for messages: the URL (no credentials) and the index pattern."""
+        return f"{self.url}/{self.prefix}-*"
+
+    def meta(self) -> IndexMeta:
+        return self._meta
+
+    # -- writing ----------------------------------------------------------------------------------
+    def add_articles(self, items: Sequence[EncodedArticle]) -> None:
+        """Write or replace ``items``; each article becomes visible whole, and is when this returns.
+
+        Raises:
+            IndexMismatchError: an article's vectors do not have the index dimension.
+            BackendError: the cluster rejected documents or stayed unreachable after retries.
+        """
+        latest = list({item.article.id: item for item in items}.values())  # the last copy of an id wins
+        if not latest:
+            return
+        for item in latest:
+            shape = item.contexts.vectors.shape
+            if shape[1:] != (self._meta.dim,):
+                raise IndexMismatchError(
+                    f"article {item.article.id!r} has vectors of shape {shape};"
+                    f" the index dimension is {self._meta.dim}"
+                )
+        self._enter_bulk_mode()
+        contexts, articles = self.names["contexts"], self.names["articles"]
+        dtype = self._meta.store_dtype
+        self._bulk(
+            "write contexts", lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype))
+        )
+        self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
+        # Only now do article docs point readers at the new generation, whose contexts are all searchable.
+        self._bulk("write articles", lambda: (bodies.article_action(i, articles) for i in latest))
+        self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
+        result = self._call(
+            "delete replaced contexts",
+            lambda: self.client.delete_by_query(
+                index=contexts, body=bodies.stale_contexts_query(latest), refresh=True, conflicts="proceed"
+            ),
+        )
+        if result.get("failures"):
+            raise BackendError(
+                one_line(
+                    f"OpenSearch at {self.url} could not delete the replaced contexts of"
+                    f" {len(latest)} articles ({result['failures'][0]}); the new articles are visible,"
+                    " run the add again to remove the leftovers"
+                )
+            )
+
+    def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        """Send ``actions()`` with streaming_bulk, re-sending the whole batch after a network error.
+
+        Ids are deterministic, so a re-sent batch overwrites what the first try stored, never duplicates.
+        """
+        policy = self.retry
+
+        def send() -> tuple[int, list[dict[str, Any]]]:
+            total, failures = 0, []
+            for ok, item in streaming_bulk(
+                self.client,
+                actions(),
+                chunk_size=BULK_CHUNK,
+                raise_on_error=False,
+                max_retries=policy.attempts - 1,  # streaming_bulk's own 429 retries, per document
+                initial_backoff=policy.initial_backoff,
+                max_backoff=policy.max_backoff,
+            ):
+                total += 1
+                if not ok:
+                    failures.append(item)
+            return total, failures
+
+        # 429s were already retried inside streaming_bulk; retrying them here too would square the attempts.
+        total, failures = self._call(what, send, transient=lambda e: is_transient(e) and _status(e) != 429)
+        if failures:
+            raise BackendError(bulk_error_message(what, self.url, failures, total))
+
+    def _enter_bulk_mode(self) -> None:
+        if self._restore is not None:
+            return
+        indices = ",".join(self.names.values())
+        current = self._call("read index settings", lambda: self.client.indices.get_settings(index=indices))
+        restore = bodies.settings_to_restore(current, list(self.names.values()))
+        self._call(
+            "apply bulk-load settings",
+            lambda: self.client.indices.put_settings(index=indices, body={"index": BULK_SETTINGS}),
+        )
+        self._restore = restore
+
+    # -- reading ----------------------------------------------------------------------------------
+    def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
+        docs = self._mget(article_ids, ["fingerprint"], realtime=True)
+        return {aid: src["fingerprint"] for aid, src in docs.items()}
+
+    def find_title(self, title: str) -> ArticleHit | None:
+        response = self._call(
+            "look up a title",
+            lambda: self.client.search(index=self.names["articles"], body=bodies.title_body(title)),
+        )
+        hits = response["hits"]["hits"]
+        return ArticleHit(hits[0]["_id"], hits[0]["_source"]["title"], float("inf")) if hits else None
+
+    def search_articles(self, query: str, n: int) -> list[ArticleHit]:
+        """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""
+        body = bodies.search_body(query, n)
+        if body is None:
+            return []
+        response = self._call(
+            "search articles",
+            lambda: self.client.search(
+                index=self.names["articles"], body=body, search_type="dfs_query_then_fetch"
+            ),
+        )
+        return bodies.parse_articles(response)
+
+    def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
+        """Exact k nearest contexts (squared L2) inside ``article_ids``, by the k-NN score script.
+
+        ``article_ids=None`` (no-IR mode) uses the approximate HNSW ``knn`` query over every context;
+        hits from a generation no article doc names (an add that died half-way) are dropped, so fewer
+        than ``k`` may come back until that article is added again.
+        """
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if article_ids is None:
+            body, current = bodies.knn_approx_body(query, k), None
+        else:
+            current = set(self._generations(sorted(set(article_ids))).values())
+            if not current:
+                return Neighbors.empty()
+            body = bodies.knn_exact_body(query, k, sorted(current))
+        response = self._call(
+            "search contexts", lambda: self.client.search(index=self.names["contexts"], body=body)
+        )
+        if current is None:
+            found = sorted({h["_source"]["article_id"] for h in response["hits"]["hits"]})
+            current = set(self._generations(found).values())
+        return bodies.parse_neighbors(response, k, current)
+
+    def _generations(self, article_ids: Sequence[str]) -> dict[str, str]:
+        # realtime=False reads the refreshed view, the same one the context search sees.
+        docs = self._mget(article_ids, ["fingerprint"], realtime=False)
+        return {aid: bodies.generation(aid, src["fingerprint"]) for aid, src in docs.items()}
+
+    def sentences(self, refs: Sequence[tuple[str, int]]) -> list[str]:
+        docs = self._mget(sorted({aid for aid, _ in refs}), ["sentences"], realtime=False)
+        texts = {aid: src.get("sentences") or [] for aid, src in docs.items()}
+        return [texts[aid][i] if aid in texts and 0 <= i < len(texts[aid]) else "" for aid, i in refs]
+
+    def titles(self, article_ids: Sequence[str]) -> dict[str, str]:
+        docs = self._mget(list(dict.fromkeys(article_ids)), ["title"], realtime=False)
+        return {aid: src["title"] for aid, src in docs.items()}
+
+    def _mget(self, ids: Sequence[str], source: list[str], realtime: bool) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), MGET_CHUNK):
+            chunk = list(ids[start : start + MGET_CHUNK])
+            response = self._call(
+                "read articles",
+                lambda chunk=chunk: self.client.mget(
+                    index=self.names["articles"],
+                    body={"ids": chunk},
+                    _source_includes=source,
+                    realtime=realtime,
+                ),
+            )
+            out.update({d["_id"]: d["_source"] for d in response["docs"] if d.get("found")})
+        return out
+
+    def stats(self) -> IndexStats:
+        body = bodies.stats_body()
+        counts = self._call(
+            "count articles", lambda: self.client.search(index=self.names["articles"], body=body)
+        )
+        store = self._call(
+            "read index sizes",
+            lambda: self.client.indices.stats(index=",".join(self.names.values()), metric="store"),
+        )
+        aggs = counts["aggregations"]
+        return IndexStats(
+            backend=self.name,
+            location=self.location,
+            articles=int(counts["hits"]["total"]["value"]),
+            sentences=int(aggs["sentences"]["value"] or 0),
+            contexts=int(aggs["contexts"]["value"] or 0),
+            bytes_on_disk=int(store["_all"]["total"]["store"]["size_in_bytes"]),
+            meta=self._meta,
+        )
+
+    def close(self) -> None:
+        """Put back the settings bulk loading changed, then close the connections."""
+        try:
+            for name, settings in (self._restore or {}).items():
+                self._call(
+                    "restore index settings",
+                    lambda name=name, settings=settings: self.client.indices.put_settings(
+                        index=name, body={"index": settings}
+                    ),
+                )
+            self._restore = None
+        finally:
+            self.client.close()
+
+    def _call(
+        self, what: str, fn: Callable[[], T], transient: Callable[[BaseException], bool] = is_transient
+    ) -> T:
+        return call(what, self.url, fn, self.retry, transient)
+
+
+def _create_index(client: OpenSearch, name: str, body: dict[str, Any]) -> Callable[[], None]:
+    def create() -> None:
+        try:
+            client.indices.create(index=name, body=body)
+        except RequestError as exc:
+            if exc.error != "resource_already_exists_exception":  # made by us before, or by a racing add
+                raise
+
+    return create
+
+
+def _status(exc: BaseException) -> object:
+    return getattr(exc, "status_code", None)

@@ -1,0 +1,314 @@
+"""OpenSearch request bodies and response parsing for the OpenSearch backend: pure functions, no I/O."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from importlib.resources import files
+from typing import Any
+
+import numpy as np
+
+from bertknn_search.backends import codec
+from bertknn_search.errors import IndexCorruptError
+from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, Neighbors
+from bertknn_search.terms import document_text, query_terms, tokenize
+
+SCHEMA_VERSION = 1
+KINDS = ("articles", "contexts")
+# Both backends break distance ties by (article id, sentence, start); sorting on the server as well keeps
+# the k-th place deterministic when several contexts tie at the cut.
+TIE_ORDER = [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}]
+CONTEXT_SOURCE = ["article_id", "generation", "token_id", "sentence_id", "start", "end"]
+
+
+def index_names(prefix: str) -> dict[str, str]:
+    """The two index names under ``prefix``: ``{"articles": "<prefix>-articles", "contexts": ...}``."""
+    return {kind: f"{prefix}-{kind}" for kind in KINDS}
+
+
+def load_mapping(kind: str) -> dict[str, Any]:
+    """The create-index body shipped in ``mappings/<kind>.json`` (settings + mappings)."""
+    text = files("bertknn_search.mappings").joinpath(f"{kind}.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def meta_doc(meta: IndexMeta) -> dict[str, Any]:
+    """The ``_meta`` object both indices carry: the IndexMeta fields and the schema version."""
+    return {"schema_version": SCHEMA_VERSION, **asdict(meta)}
+
+
+# Why mappings/contexts.json looks as it does:
+# - Restricted kNN (the normal, IR-first mode) never touches the HNSW graph: the k-NN score script reads
+#   each candidate's vector from doc values (float32) and computes the true l2 distance, so it is exact
+#   whatever the graph holds. Its cost grows with the contexts of the top-N articles only.
+# - The graph serves the no-IR mode alone. faiss HNSW (m=16) with the ``sq`` fp16 encoder keeps 2 bytes
+#   per dimension in native memory plus about 2·m·4 bytes of links: ~1.7 KB per context at dim 768, half
+#   of a float32 graph. The vectors sent are float16 values, so fp16 encoding loses nothing.
+# - ``_source`` excludes the vector: nothing reads it back, and JSON floats would triple the disk.
+# On disk a context costs ~3 KB of float32 doc values + ~1.7 KB of graph + a few small fields.
+def create_bodies(meta: IndexMeta) -> dict[str, dict[str, Any]]:
+    """Create-index bodies for both indices, with ``_meta`` and the vector dimension filled in."""
+    out = {kind: load_mapping(kind) for kind in KINDS}
+    for body in out.values():
+        body["mappings"]["_meta"] = meta_doc(meta)
+    out["contexts"]["mappings"]["properties"]["vector"]["dimension"] = meta.dim
+    return out
+
+
+def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: str) -> IndexMeta:
+    """The IndexMeta stored in a get-mapping response for both indices.
+
+    Raises:
+        IndexCorruptError: ``_meta`` is missing, unreadable, of another schema version, or differs
+            between the two indices.
+    """
+    found = [response.get(names[kind], {}).get("mappings", {}).get("_meta") for kind in KINDS]
+    if not all(isinstance(m, dict) for m in found):
+        raise IndexCorruptError(
+            f"indices at {where} have no bertknn-search metadata (_meta); they were not made by"
+            " bertknn-search: choose another --opensearch-prefix"
+        )
+    if found[0] != found[1]:
+        raise IndexCorruptError(
+            f"the articles and contexts indices at {where} disagree on their metadata;"
+            " delete both and ingest again"
+        )
+    raw = found[0]
+    if raw.get("schema_version") != SCHEMA_VERSION:
+        raise IndexCorruptError(
+            f"indices at {where} have schema version {raw.get('schema_version')!r}, this version of"
+            f" bertknn-search reads {SCHEMA_VERSION}; ingest again under another --opensearch-prefix"
+        )
+    try:
+        return IndexMeta(
+            model=str(raw["model"]),
+            layer=int(raw["layer"]),
+            dim=int(raw["dim"]),
+            vocab_size=int(raw["vocab_size"]),
+            mask_policy=str(raw["mask_policy"]),
+            store_dtype=str(raw.get("store_dtype", "float16")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IndexCorruptError(
+            f"metadata of indices at {where} cannot be read ({exc!r}); ingest again"
+        ) from exc
+
+
+def generation(article_id: str, fingerprint: str) -> str:
+    """The generation tag of an article's contexts: readers only see the one its article doc names."""
+    return f"{article_id}:{fingerprint}"
+
+
+def stored_vectors(vectors: np.ndarray, store_dtype: str) -> np.ndarray:
+    """(n, dim) float32: the values the embedded backend decodes from its store, so both compute alike."""
+    n, dim = vectors.shape
+    return codec.decode(codec.encode(vectors, store_dtype), n, dim, store_dtype)
+
+
+def article_action(item: EncodedArticle, index: str) -> dict[str, Any]:
+    """The bulk action writing an article doc (``_id`` = article id, so a re-write replaces it)."""
+    art, block = item.article, item.contexts
+    return {
+        "_op_type": "index",
+        "_index": index,
+        "_id": art.id,
+        "_source": {
+            "id": art.id,
+            "title": art.title,
+            "fingerprint": item.fingerprint,
+            "n_sentences": len(block.sentences),
+            "n_contexts": len(block),
+            "sentences": list(block.sentences),
+            # Pre-tokenised with the shared terms: the index only splits on whitespace.
+            "terms": " ".join(tokenize(document_text(art.title, art.text))),
+        },
+    }
+
+
+def context_actions(item: EncodedArticle, index: str, store_dtype: str) -> Iterator[dict[str, Any]]:
+    """Bulk actions writing an article's contexts, one doc per row.
+
+    ``_id`` = ``<article id>:<fingerprint>:<row>``: re-sending the same article overwrites, never
+    duplicates. Vectors go out as the float32 values of the stored encoding (float16 or int8).
+    """
+    art, block = item.article, item.contexts
+    gen = generation(art.id, item.fingerprint)
+    vectors = stored_vectors(block.vectors, store_dtype)
+    columns = zip(
+        block.token_ids.tolist(),
+        block.sentence_ids.tolist(),
+        block.starts.tolist(),
+        block.ends.tolist(),
+        vectors.tolist(),
+    )
+    for row, (token_id, sentence_id, start, end, vector) in enumerate(columns):
+        yield {
+            "_op_type": "index",
+            "_index": index,
+            "_id": f"{gen}:{row}",
+            "_source": {
+                "article_id": art.id,
+                "generation": gen,
+                "token_id": token_id,
+                "sentence_id": sentence_id,
+                "start": start,
+                "end": end,
+                "vector": vector,
+            },
+        }
+
+
+def stale_contexts_query(items: Sequence[EncodedArticle]) -> dict[str, Any]:
+    """delete-by-query body: contexts of ``items``' articles whose generation is not the new one."""
+    return {
+        "query": {
+            "bool": {
+                "filter": [{"terms": {"article_id": sorted({i.article.id for i in items})}}],
+                "must_not": [
+                    {
+                        "terms": {
+                            "generation": sorted({generation(i.article.id, i.fingerprint) for i in items})
+                        }
+                    }
+                ],
+            }
+        }
+    }
+
+
+def search_body(query: str, n: int) -> dict[str, Any] | None:
+    """BM25 over unigrams + bigrams of the shared terms; ties by id. None when the query has no terms."""
+    unigrams, bigrams = query_terms(query)
+    should = []
+    if unigrams:
+        should.append({"match": {"terms": " ".join(unigrams)}})
+    if bigrams:
+        should.append({"match": {"terms.bigrams": " ".join(bigrams)}})
+    if not should:
+        return None
+    return {
+        "size": n,
+        "query": {"bool": {"should": should}},
+        "sort": [{"_score": "desc"}, {"id": "asc"}],
+        "_source": ["title"],
+    }
+
+
+def title_body(title: str) -> dict[str, Any]:
+    """Exact, case-insensitive title lookup; the lowest id wins among equal titles."""
+    return {
+        "size": 1,
+        "query": {"term": {"title.key": title.strip().lower()}},
+        "sort": [{"id": "asc"}],
+        "_source": ["title"],
+    }
+
+
+def knn_exact_body(vector: np.ndarray, k: int, generations: Sequence[str]) -> dict[str, Any]:
+    """Exact kNN: the k-NN score script (brute force, l2) over the contexts of ``generations`` only."""
+    return {
+        "size": k,
+        "track_total_hits": False,
+        "query": {
+            "script_score": {
+                "query": {"bool": {"filter": [{"terms": {"generation": list(generations)}}]}},
+                "script": {
+                    "source": "knn_score",
+                    "lang": "knn",
+                    "params": {"field": "vector", "query_value": _floats(vector), "space_type": "l2"},
+                },
+            }
+        },
+        "sort": TIE_ORDER,
+        "_source": CONTEXT_SOURCE,
+    }
+
+
+def knn_approx_body(vector: np.ndarray, k: int) -> dict[str, Any]:
+    """Approximate kNN (the HNSW graph) over every context: the no-IR mode."""
+    return {
+        "size": k,
+        "track_total_hits": False,
+        "query": {"knn": {"vector": {"vector": _floats(vector), "k": k}}},
+        "sort": TIE_ORDER,
+        "_source": CONTEXT_SOURCE,
+    }
+
+
+def stats_body() -> dict[str, Any]:
+    """Article count and the summed sentence and context counts of the article docs."""
+    return {
+        "size": 0,
+        "track_total_hits": True,
+        "aggs": {
+            "sentences": {"sum": {"field": "n_sentences"}},
+            "contexts": {"sum": {"field": "n_contexts"}},
+        },
+    }
+
+
+def settings_to_restore(response: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
+    """From a get-settings response, the values to put back after bulk loading (None: the default)."""
+    restore = {}
+    for name in names:
+        settings = response.get(name, {}).get("settings", {}).get("index", {})
+        refresh = settings.get("refresh_interval")
+        # "-1" here means an earlier add died before restoring: put the default back, not "-1".
+        restore[name] = {
+            "refresh_interval": None if refresh == "-1" else refresh,
+            "number_of_replicas": settings.get("number_of_replicas"),
+        }
+    return restore
+
+
+def parse_articles(response: dict[str, Any]) -> list[ArticleHit]:
+    """ArticleHits of a search response, in its order."""
+    return [ArticleHit(h["_id"], h["_source"]["title"], _score(h)) for h in response["hits"]["hits"]]
+
+
+def squared_distances(scores: np.ndarray) -> np.ndarray:
+    """Squared L2 distances from OpenSearch l2 scores, which are 1 / (1 + d²)."""
+    return (1.0 / np.asarray(scores, dtype=np.float64) - 1.0).clip(min=0.0).astype(np.float32)
+
+
+def parse_neighbors(response: dict[str, Any], k: int, current: set[str] | None = None) -> Neighbors:
+    """Neighbors of a kNN response, nearest first, ties by (article id, sentence, start).
+
+    Args:
+        response: a search response from ``knn_exact_body`` or ``knn_approx_body``.
+        k: how many to keep.
+        current: if given, drop hits whose generation is not in it (contexts of replaced articles).
+    """
+    hits = [h for h in response["hits"]["hits"] if current is None or h["_source"]["generation"] in current]
+    if not hits:
+        return Neighbors.empty()
+    src = [h["_source"] for h in hits]
+    dist = squared_distances(np.array([_score(h) for h in hits]))
+    article_ids = [s["article_id"] for s in src]
+    sentence_ids = np.array([s["sentence_id"] for s in src], dtype=np.int32)
+    starts = np.array([s["start"] for s in src], dtype=np.int32)
+    # lexsort needs numbers: rank the article ids (np.unique sorts them as strings).
+    article_rank = np.unique(article_ids, return_inverse=True)[1]
+    order = np.lexsort((starts, sentence_ids, article_rank, dist))[:k]
+    return Neighbors(
+        distances=dist[order],
+        token_ids=np.array([src[i]["token_id"] for i in order], dtype=np.int64),
+        article_ids=[article_ids[i] for i in order],
+        sentence_ids=sentence_ids[order],
+        starts=starts[order],
+        ends=np.array([src[i]["end"] for i in order], dtype=np.int32),
+    )
+
+
+def _floats(vector: np.ndarray) -> list[float]:
+    # float32 values as Python floats: JSON carries them exactly, and the server parses them back to the
+    # same float32 numbers the embedded backend computes with.
+    return np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
+
+
+def _score(hit: dict[str, Any]) -> float:
+    # With a sort, some servers leave _score out of the hit; the first sort value is the score then.
+    score = hit.get("_score")
+    return float(hit["sort"][0] if score is None else score)

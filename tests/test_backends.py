@@ -1,0 +1,192 @@
+"""Parity: the same ingest + questions through both backends give the same answers.
+
+Against a live cluster when ``OPENSEARCH_URL`` is set. Otherwise the OpenSearch side is osmem-server (an
+in-memory OpenSearch look-alike) wrapped by ``KnnScoringClient``, which answers the one request osmem
+rejects, the k-NN score script, from the vectors the backend sent in its bulk requests. The backend code,
+its request bodies and its response parsing are the real ones either way; what only a live cluster checks
+is the server side: Lucene's BM25 ranking and the k-NN plugin's scoring (see the README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bertknn_search.backends import opensearch as opensearch_module
+from bertknn_search.backends import opensearch_bodies as bodies
+from bertknn_search.backends.opensearch import OpenSearchBackend
+from bertknn_search.backends.opensearch_client import RetryPolicy, make_client
+from bertknn_search.config import Config
+from bertknn_search.demo import Fact
+from bertknn_search.ingest.pipeline import add_articles, ingest
+from bertknn_search.records import Question
+from bertknn_search.search import Scored, Searcher
+
+LIVE = bool(os.environ.get("OPENSEARCH_URL"))
+TOLERANCE = 1e-4
+
+
+class KnnScoringClient:
+    """An opensearch-py client for osmem that also serves ``script_score`` with ``knn_score`` (l2).
+
+    Scores are computed as the k-NN plugin does for l2, 1 / (1 + d²) in float32, over the docs osmem
+    returns for the script's filter query, sorted by the request's sort. ``vectors`` is shared by every
+    client of one server: the backend opens a new client per command.
+    """
+
+    def __init__(self, inner: Any, vectors: dict[tuple[str, str], np.ndarray]) -> None:
+        self._inner = inner
+        self._vectors = vectors
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def bulk(self, body: str, **kwargs: Any) -> Any:
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        for action, source in zip(lines[::2], lines[1::2]):
+            meta = action.get("index") or {}
+            if "vector" in source:
+                self._vectors[(meta["_index"], meta["_id"])] = np.asarray(source["vector"], np.float32)
+        return self._inner.bulk(body=body, **kwargs)
+
+    def search(self, index: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        scripted = body.get("query", {}).get("script_score")
+        if scripted is None:
+            return self._inner.search(index=index, body=body, **kwargs)
+        params = scripted["script"]["params"]
+        assert scripted["script"]["source"] == "knn_score" and params["space_type"] == "l2"
+        query = np.asarray(params["query_value"], np.float32)
+        candidates = self._inner.search(
+            index=index, body={"size": 10_000, "query": scripted["query"], "_source": body["_source"]}
+        )["hits"]["hits"]
+        hits = []
+        for hit in candidates:
+            d2 = np.sum((self._vectors[(index, hit["_id"])] - query) ** 2, dtype=np.float32)
+            hits.append({**hit, "_score": float(np.float32(1.0) / (np.float32(1.0) + d2))})
+        keys = [next(iter(s)) for s in body["sort"]]
+        assert keys == ["_score", "article_id", "sentence_id", "start"], keys
+        hits.sort(key=lambda h: (-h["_score"], *(h["_source"][key] for key in keys[1:])))
+        return {"hits": {"hits": hits[: body["size"]]}}
+
+
+@pytest.fixture
+def opensearch_config(base_config: Config, monkeypatch: pytest.MonkeyPatch) -> Iterator[Config]:
+    """Settings for an empty OpenSearch index pair: on the live cluster, or osmem + the k-NN wrapper."""
+    prefix = f"bertknn-parity-{uuid.uuid4().hex[:10]}"
+    if LIVE:
+        config = Config.from_env(
+            backend="opensearch", opensearch_prefix=prefix, model=base_config.model, device="cpu"
+        ).replace(batch_size=base_config.batch_size, max_length=base_config.max_length)
+        yield config
+        client = make_client(config)
+        client.indices.delete(index=",".join(bodies.index_names(prefix).values()), ignore_unavailable=True)
+        client.close()
+        return
+    osmem_server = pytest.importorskip(
+        "osmem_server", reason="osmem-server not installed: OpenSearch parity tests skipped"
+    )
+    monkeypatch.setattr(OpenSearchBackend, "retry", RetryPolicy(attempts=2, initial_backoff=0, max_backoff=0))
+    real_make_client, vectors = opensearch_module.make_client, {}
+    monkeypatch.setattr(
+        opensearch_module, "make_client", lambda c: KnnScoringClient(real_make_client(c), vectors)
+    )
+    try:
+        server = osmem_server.OsmemServer.start(japanese=False, addr="127.0.0.1:0", startup_timeout=10)
+    except osmem_server.OsmemError as exc:
+        pytest.skip(f"osmem-server cannot start ({exc}): OpenSearch parity tests skipped")
+    try:
+        yield base_config.replace(backend="opensearch", opensearch_url=server.url, opensearch_prefix=prefix)
+    finally:
+        server.close(grace=2)
+
+
+@pytest.fixture
+def both(built_index: Config, opensearch_config: Config, corpus: Path) -> Iterator[tuple[Searcher, Searcher]]:
+    """Searchers over the same corpus: embedded (the session's index) and OpenSearch (ingested here)."""
+    ingest(corpus, opensearch_config, progress=False)
+    embedded, opensearch = Searcher.open(built_index), Searcher.open(opensearch_config)
+    yield embedded, opensearch
+    embedded.close()
+    opensearch.close()
+
+
+def questions(facts: list[Fact]) -> list[Question]:
+    """KB questions (subject → own article), free questions (BM25 top-3), and one with no match at all."""
+    qs = []
+    for f in facts[:6]:
+        qs.append(Question(f"{f.person.title()} was born in [MASK].", f.person.title()))
+        qs.append(Question(f"Many people in [MASK] knew {f.person.title()} as a famous {f.job}."))
+    qs.append(Question("[MASK] zzzunseen qqqunknown."))
+    return qs
+
+
+def assert_same(a: Scored, b: Scored, what: str) -> None:
+    assert [h.id for h in a.hits or []] == [h.id for h in b.hits or []], what
+    np.testing.assert_array_equal(a.neighbors.token_ids, b.neighbors.token_ids, err_msg=what)
+    assert a.neighbors.article_ids == b.neighbors.article_ids, what
+    np.testing.assert_allclose(a.neighbors.distances, b.neighbors.distances, rtol=1e-5, atol=1e-5)
+    for name in ("p_knn", "p"):
+        np.testing.assert_allclose(
+            getattr(a, name), getattr(b, name), atol=TOLERANCE, err_msg=f"{what} {name}"
+        )
+    assert int(np.argmax(a.p)) == int(np.argmax(b.p)), what
+
+
+@pytest.mark.opensearch
+def test_same_answers_on_both_backends(both: tuple[Searcher, Searcher], facts: list[Fact]) -> None:
+    embedded, opensearch = both
+    qs = questions(facts)
+    found = 0
+    for q, a, b in zip(qs, embedded.score_batch(qs), opensearch.score_batch(qs)):
+        assert_same(a, b, q.text)
+        found += len(a.neighbors) > 0
+    assert found >= 12  # the scenarios really reach the kNN step
+
+
+@pytest.mark.opensearch
+def test_same_rankings_and_evidence_on_both_backends(
+    both: tuple[Searcher, Searcher], facts: list[Fact]
+) -> None:
+    embedded, opensearch = both
+    qs = questions(facts)[:4]
+    for a, b in zip(embedded.answer_batch(qs), opensearch.answer_batch(qs)):
+        assert [p.word for p in a.bert_knn] == [p.word for p in b.bert_knn]
+        assert [p.word for p in a.knn] == [p.word for p in b.knn]
+        assert a.evidence, "the scenario shows supporting sentences"
+        assert [e.word for e in a.evidence] == [e.word for e in b.evidence]
+        for ea, eb in zip(a.evidence, b.evidence):
+            assert [replace(s, distance=0.0) for s in ea.sentences] == [
+                replace(s, distance=0.0) for s in eb.sentences
+            ]
+            np.testing.assert_allclose(
+                [s.distance for s in ea.sentences], [s.distance for s in eb.sentences], rtol=1e-5, atol=1e-5
+            )
+
+
+@pytest.mark.opensearch
+def test_added_article_answers_the_same_on_both_backends(
+    index_copy: Config, opensearch_config: Config, corpus: Path, tmp_path: Path
+) -> None:
+    ingest(corpus, opensearch_config, progress=False)
+    new = tmp_path / "new.jsonl"
+    text = "Zyxa Qorv was born in Tallinn. Zyxa Qorv worked as a baker in Tallinn."
+    new.write_text(json.dumps({"id": "new-1", "title": "Zyxa Qorv", "text": text}) + "\n")
+    for config in (index_copy, opensearch_config):
+        add_articles(new, config, progress=False)
+        add_articles(new, config, progress=False)  # re-adding replaces, on both
+    q = [Question("Zyxa Qorv was born in [MASK].", "Zyxa Qorv")]
+    embedded, opensearch = Searcher.open(index_copy), Searcher.open(opensearch_config)
+    try:
+        assert embedded.backend.stats().contexts == opensearch.backend.stats().contexts
+        assert_same(embedded.score_batch(q)[0], opensearch.score_batch(q)[0], q[0].text)
+    finally:
+        embedded.close()
+        opensearch.close()

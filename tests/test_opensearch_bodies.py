@@ -1,0 +1,430 @@
+"""The OpenSearch backend's pure parts: request bodies, response parsing and error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from opensearchpy.exceptions import ConnectionError as OSConnectionError
+from opensearchpy.exceptions import TransportError
+
+from bertknn_search.backends import codec
+from bertknn_search.backends import opensearch_bodies as bodies
+from bertknn_search.backends.opensearch_client import (
+    bulk_error_message,
+    describe,
+    is_transient,
+    make_client,
+    public_url,
+)
+from bertknn_search.config import Config
+from bertknn_search.errors import ConfigError, IndexCorruptError
+from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
+
+META = IndexMeta("bert-base-uncased", 11, 8, 30522, "single-wordpiece")
+META_DOC = {
+    "schema_version": 1,
+    "model": "bert-base-uncased",
+    "layer": 11,
+    "dim": 8,
+    "vocab_size": 30522,
+    "mask_policy": "single-wordpiece",
+    "store_dtype": "float16",
+}
+NAMES = {"articles": "bk-articles", "contexts": "bk-contexts"}
+
+
+def encoded(vectors: list[list[float]] | None = None) -> EncodedArticle:
+    rows = vectors if vectors is not None else [[0.1] * 8, [-1.3] * 4 + [2.0] * 4]
+    n = len(rows)
+    block = ContextBlock(
+        sentences=["Café Noir is a jazz club.", "It opened in 1931."],
+        vectors=np.array(rows, dtype=np.float16).reshape(n, 8),
+        token_ids=np.array([4481, 2325][:n], dtype=np.int32),
+        sentence_ids=np.array([0, 1][:n], dtype=np.int32),
+        starts=np.array([0, 10][:n], dtype=np.int32),
+        ends=np.array([4, 14][:n], dtype=np.int32),
+    )
+    return EncodedArticle(Article("42", "Café Noir", "Café Noir is a jazz club in Lyon."), block, "fp1")
+
+
+def test_index_names() -> None:
+    assert bodies.index_names("bk") == NAMES
+
+
+def test_create_bodies_fill_dimension_and_meta() -> None:
+    made = bodies.create_bodies(META)
+    assert made["contexts"]["mappings"]["properties"]["vector"] == {
+        "type": "knn_vector",
+        "dimension": 8,
+        "method": {
+            "name": "hnsw",
+            "space_type": "l2",
+            "engine": "faiss",
+            "parameters": {
+                "m": 16,
+                "ef_construction": 128,
+                "encoder": {"name": "sq", "parameters": {"type": "fp16"}},
+            },
+        },
+    }
+    assert made["contexts"]["settings"] == {"index": {"knn": True, "knn.algo_param.ef_search": 256}}
+    assert made["contexts"]["mappings"]["_source"] == {"excludes": ["vector"]}
+    assert made["articles"]["mappings"]["_meta"] == META_DOC
+    assert made["contexts"]["mappings"]["_meta"] == META_DOC
+    # The shipped file keeps its placeholder: every create starts from a fresh copy.
+    assert bodies.load_mapping("contexts")["mappings"]["properties"]["vector"]["dimension"] is None
+
+
+def test_articles_mapping_indexes_the_shared_terms() -> None:
+    body = bodies.create_bodies(META)["articles"]
+    index = body["settings"]["index"]
+    assert index["number_of_shards"] == 1
+    assert index["similarity"] == {"bm25_lucene": {"type": "BM25", "k1": 1.2, "b": 0.75}}
+    assert index["analysis"]["filter"]["word_bigrams"] == {
+        "type": "shingle",
+        "min_shingle_size": 2,
+        "max_shingle_size": 2,
+        "output_unigrams": False,
+        "token_separator": "_",
+    }
+    assert index["analysis"]["analyzer"] == {
+        "terms": {"type": "custom", "tokenizer": "whitespace", "filter": ["lowercase"]},
+        "term_bigrams": {
+            "type": "custom",
+            "tokenizer": "whitespace",
+            "filter": ["lowercase", "word_bigrams"],
+        },
+    }
+    props = body["mappings"]["properties"]
+    assert props["terms"] == {
+        "type": "text",
+        "analyzer": "terms",
+        "similarity": "bm25_lucene",
+        "fields": {
+            "bigrams": {
+                "type": "text",
+                "analyzer": "term_bigrams",
+                "search_analyzer": "whitespace",
+                "similarity": "bm25_lucene",
+            }
+        },
+    }
+    assert props["title"] == {
+        "type": "text",
+        "fields": {"key": {"type": "keyword", "normalizer": "title_key"}},
+    }
+    assert props["sentences"] == {"type": "text", "index": False}
+
+
+def test_meta_from_mappings_round_trip() -> None:
+    response = {name: {"mappings": {"_meta": dict(META_DOC)}} for name in NAMES.values()}
+    assert bodies.meta_from_mappings(response, NAMES, "here") == META
+
+
+@pytest.mark.parametrize(
+    ("metas", "message"),
+    [
+        (
+            [None, META_DOC],
+            "indices at here have no bertknn-search metadata (_meta); they were not made by bertknn-search:"
+            " choose another --opensearch-prefix",
+        ),
+        (
+            [META_DOC, {**META_DOC, "layer": 12}],
+            "the articles and contexts indices at here disagree on their metadata;"
+            " delete both and ingest again",
+        ),
+        (
+            [{**META_DOC, "schema_version": 9}] * 2,
+            "indices at here have schema version 9, this version of bertknn-search reads 1;"
+            " ingest again under another --opensearch-prefix",
+        ),
+    ],
+)
+def test_meta_from_mappings_rejects(metas: list[dict | None], message: str) -> None:
+    response = {
+        name: {"mappings": {} if meta is None else {"_meta": meta}}
+        for name, meta in zip(NAMES.values(), metas)
+    }
+    with pytest.raises(IndexCorruptError) as info:
+        bodies.meta_from_mappings(response, NAMES, "here")
+    assert str(info.value) == message
+
+
+def test_context_actions_have_deterministic_ids_and_float16_values() -> None:
+    actions = list(bodies.context_actions(encoded(), "bk-contexts", "float16"))
+    assert actions == [
+        {
+            "_op_type": "index",
+            "_index": "bk-contexts",
+            "_id": "42:fp1:0",
+            "_source": {
+                "article_id": "42",
+                "generation": "42:fp1",
+                "token_id": 4481,
+                "sentence_id": 0,
+                "start": 0,
+                "end": 4,
+                "vector": [0.0999755859375] * 8,
+            },
+        },
+        {
+            "_op_type": "index",
+            "_index": "bk-contexts",
+            "_id": "42:fp1:1",
+            "_source": {
+                "article_id": "42",
+                "generation": "42:fp1",
+                "token_id": 2325,
+                "sentence_id": 1,
+                "start": 10,
+                "end": 14,
+                "vector": [-1.2998046875] * 4 + [2.0] * 4,
+            },
+        },
+    ]
+    assert list(bodies.context_actions(encoded(), "bk-contexts", "float16")) == actions
+
+
+def test_context_actions_send_the_int8_decoded_values() -> None:
+    item = encoded()
+    sent = [a["_source"]["vector"] for a in bodies.context_actions(item, "c", "int8")]
+    blob = codec.encode(item.contexts.vectors, "int8")
+    assert sent == codec.decode(blob, 2, 8, "int8").tolist()
+
+
+def test_article_action_carries_pre_tokenised_terms() -> None:
+    assert bodies.article_action(encoded(), "bk-articles") == {
+        "_op_type": "index",
+        "_index": "bk-articles",
+        "_id": "42",
+        "_source": {
+            "id": "42",
+            "title": "Café Noir",
+            "fingerprint": "fp1",
+            "n_sentences": 2,
+            "n_contexts": 2,
+            "sentences": ["Café Noir is a jazz club.", "It opened in 1931."],
+            "terms": "cafe noir cafe noir is a jazz club in lyon",
+        },
+    }
+
+
+def test_stale_contexts_query_keeps_only_new_generations() -> None:
+    other = EncodedArticle(Article("7", "Seven", "x"), ContextBlock.empty(8), "fp9")
+    assert bodies.stale_contexts_query([encoded(), other]) == {
+        "query": {
+            "bool": {
+                "filter": [{"terms": {"article_id": ["42", "7"]}}],
+                "must_not": [{"terms": {"generation": ["42:fp1", "7:fp9"]}}],
+            }
+        }
+    }
+
+
+def test_search_body_matches_unigrams_and_bigrams() -> None:
+    assert bodies.search_body("Where is the Eiffel Tower in Paris?", 3) == {
+        "size": 3,
+        "query": {
+            "bool": {
+                "should": [
+                    {"match": {"terms": "eiffel tower paris"}},
+                    {"match": {"terms.bigrams": "eiffel_tower"}},
+                ]
+            }
+        },
+        "sort": [{"_score": "desc"}, {"id": "asc"}],
+        "_source": ["title"],
+    }
+    assert bodies.search_body("the of and", 3) is None
+
+
+def test_title_body() -> None:
+    assert bodies.title_body("  Café NOIR ") == {
+        "size": 1,
+        "query": {"term": {"title.key": "café noir"}},
+        "sort": [{"id": "asc"}],
+        "_source": ["title"],
+    }
+
+
+def test_knn_exact_body_filters_on_generations() -> None:
+    vector = np.array([0.5, -1, 0, 0, 0, 0, 0, 2], dtype=np.float32)
+    assert bodies.knn_exact_body(vector, 4, ["1:a", "2:b"]) == {
+        "size": 4,
+        "track_total_hits": False,
+        "query": {
+            "script_score": {
+                "query": {"bool": {"filter": [{"terms": {"generation": ["1:a", "2:b"]}}]}},
+                "script": {
+                    "source": "knn_score",
+                    "lang": "knn",
+                    "params": {
+                        "field": "vector",
+                        "query_value": [0.5, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0],
+                        "space_type": "l2",
+                    },
+                },
+            }
+        },
+        "sort": [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}],
+        "_source": ["article_id", "generation", "token_id", "sentence_id", "start", "end"],
+    }
+
+
+def test_knn_approx_body() -> None:
+    assert bodies.knn_approx_body(np.ones(2, dtype=np.float16), 5) == {
+        "size": 5,
+        "track_total_hits": False,
+        "query": {"knn": {"vector": {"vector": [1.0, 1.0], "k": 5}}},
+        "sort": [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}],
+        "_source": ["article_id", "generation", "token_id", "sentence_id", "start", "end"],
+    }
+
+
+def hit(article: str, d2: float, sentence: int, start: int, token: int, gen: str | None = None) -> dict:
+    source = {
+        "article_id": article,
+        "generation": gen or f"{article}:fp",
+        "token_id": token,
+        "sentence_id": sentence,
+        "start": start,
+        "end": start + 3,
+    }
+    return {"_id": f"{article}:{token}", "_score": float(np.float32(1.0 / (1.0 + d2))), "_source": source}
+
+
+def test_squared_distances_invert_the_l2_score() -> None:
+    d2 = np.array([0.0, 0.25, 3.0, 812.5])
+    scores = (1.0 / (1.0 + d2)).astype(np.float32)
+    np.testing.assert_allclose(bodies.squared_distances(scores), d2, rtol=1e-5, atol=1e-6)
+    assert bodies.squared_distances(np.array([1.0000001])).tolist() == [0.0]
+
+
+def test_parse_neighbors_orders_ties_by_article_sentence_start() -> None:
+    response = {
+        "hits": {
+            "hits": [
+                hit("9", 1.0, 0, 5, 11),
+                hit("10", 1.0, 2, 0, 12),  # "10" < "9" as strings, as both backends compare ids
+                hit("10", 1.0, 1, 7, 13),
+                hit("10", 1.0, 1, 2, 14),
+                hit("3", 0.5, 4, 4, 15),
+                hit("3", 2.0, 0, 0, 16),
+            ]
+        }
+    }
+    got = bodies.parse_neighbors(response, 5)
+    assert got.article_ids == ["3", "10", "10", "10", "9"]
+    assert got.token_ids.tolist() == [15, 14, 13, 12, 11]
+    assert got.sentence_ids.tolist() == [4, 1, 1, 2, 0]
+    assert got.starts.tolist() == [4, 2, 7, 0, 5]
+    assert got.ends.tolist() == [7, 5, 10, 3, 8]
+    np.testing.assert_allclose(got.distances, [0.5, 1.0, 1.0, 1.0, 1.0], rtol=1e-6)
+    assert got.distances.dtype == np.float32
+    assert got.token_ids.dtype == np.int64
+    assert got.sentence_ids.dtype == got.starts.dtype == got.ends.dtype == np.int32
+
+
+def test_parse_neighbors_drops_generations_not_current() -> None:
+    response = {"hits": {"hits": [hit("1", 0.1, 0, 0, 5, gen="1:old"), hit("1", 0.2, 0, 0, 6, gen="1:new")]}}
+    got = bodies.parse_neighbors(response, 2, {"1:new"})
+    assert got.token_ids.tolist() == [6]
+    assert len(bodies.parse_neighbors({"hits": {"hits": []}}, 3)) == 0
+
+
+def test_parse_articles_reads_score_from_sort_when_absent() -> None:
+    response = {
+        "hits": {
+            "hits": [
+                {"_id": "2", "_score": 3.5, "_source": {"title": "Two"}, "sort": [3.5, "2"]},
+                {"_id": "1", "_score": None, "_source": {"title": "One"}, "sort": [1.25, "1"]},
+            ]
+        }
+    }
+    assert bodies.parse_articles(response) == [ArticleHit("2", "Two", 3.5), ArticleHit("1", "One", 1.25)]
+
+
+def test_settings_to_restore() -> None:
+    response = {
+        "a": {"settings": {"index": {"number_of_replicas": "1", "refresh_interval": "5s"}}},
+        "c": {"settings": {"index": {"number_of_replicas": "0", "refresh_interval": "-1"}}},
+    }
+    assert bodies.settings_to_restore(response, ["a", "c"]) == {
+        "a": {"refresh_interval": "5s", "number_of_replicas": "1"},
+        "c": {"refresh_interval": None, "number_of_replicas": "0"},
+    }
+
+
+def test_bulk_error_message_is_one_line() -> None:
+    failure = {
+        "index": {
+            "_id": "42:fp1:0",
+            "status": 400,
+            "error": {
+                "type": "mapper_parsing_exception",
+                "reason": "failed to parse\nfield [vector]",
+                "caused_by": {"type": "illegal_argument_exception", "reason": "Vector dimension mismatch"},
+            },
+        }
+    }
+    assert bulk_error_message("write contexts", "http://h:9200", [failure], 5) == (
+        "OpenSearch at http://h:9200 rejected 1 of 5 documents while trying to write contexts (first: index"
+        " '42:fp1:0', status 400, mapper_parsing_exception: failed to parse field [vector]"
+        " (illegal_argument_exception: Vector dimension mismatch)); those articles were not written"
+        " (an earlier version stays as it was); fix the input and run the add again"
+    )
+
+
+def test_public_url_drops_credentials() -> None:
+    assert public_url("https://admin:s3cret@search.example.org:9200/") == "https://search.example.org:9200"
+    assert public_url("http://[::1]:9200/proxy") == "http://[::1]:9200/proxy"
+
+
+def test_make_client_needs_a_url(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="set OPENSEARCH_URL or --opensearch-url"):
+        make_client(Config(backend="opensearch"))
+    with pytest.raises(ConfigError, match="must look like http"):
+        make_client(Config(backend="opensearch", opensearch_url="localhost:9200"))
+    with pytest.raises(ConfigError, match="not found"):
+        make_client(Config(opensearch_url="https://h:9200", opensearch_ca=tmp_path / "missing.pem"))
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient", "message"),
+    [
+        (
+            OSConnectionError("N/A", "refused", OSError("Connection refused")),
+            True,
+            "cannot reach OpenSearch at http://h:9200 to search articles after 3 attempts"
+            " (ConnectionError: Connection refused);"
+            " check that the cluster is up and OPENSEARCH_URL is right",
+        ),
+        (
+            TransportError(
+                429, "too_many_requests", {"error": {"type": "es_rejected", "reason": "queue\nfull"}}
+            ),
+            True,
+            "OpenSearch at http://h:9200 failed to search articles after 3 attempts: HTTP 429 es_rejected:"
+            " queue full; the cluster is overloaded:"
+            " run the command again later or give the cluster more resources",
+        ),
+        (
+            TransportError(503, "unavailable", "no master"),
+            True,
+            "OpenSearch at http://h:9200 failed to search articles after 3 attempts: HTTP 503 unavailable;"
+            " check the cluster's health and logs, then run the command again",
+        ),
+        (
+            TransportError(401, "security_exception", {"error": {"type": "security", "reason": "bad login"}}),
+            False,
+            "OpenSearch at http://h:9200 failed to search articles after 3 attempts: HTTP 401 security:"
+            " bad login; check OPENSEARCH_USER / OPENSEARCH_PASSWORD and the user's index permissions",
+        ),
+    ],
+)
+def test_describe_and_is_transient(exc: Exception, transient: bool, message: str) -> None:
+    assert is_transient(exc) is transient
+    assert describe("search articles", "http://h:9200", exc, 3) == message

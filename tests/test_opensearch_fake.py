@@ -1,0 +1,424 @@
+"""OpenSearchBackend against osmem-server (an in-memory OpenSearch look-alike) and a mocked client.
+
+osmem has no k-NN scoring (see /work/shared/notes/opensearch-test-standins.md), so kNN and the retry
+paths run on a mocked client; everything else runs on osmem. The live cluster tests are in
+``test_opensearch_live.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+from opensearchpy import JSONSerializer, OpenSearch
+from opensearchpy.exceptions import ConnectionError as OSConnectionError
+from opensearchpy.exceptions import TransportError
+
+from bertknn_search.backends import opensearch as opensearch_module
+from bertknn_search.backends import opensearch_bodies as bodies
+from bertknn_search.backends.opensearch import OpenSearchBackend
+from bertknn_search.backends.opensearch_client import RetryPolicy
+from bertknn_search.config import Config
+from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
+
+META = IndexMeta("tiny-bert", 4, 8, 100, "single-wordpiece")
+NO_WAIT = RetryPolicy(attempts=3, initial_backoff=0, max_backoff=0)
+
+
+def article(aid: str, title: str, text: str, n: int, fingerprint: str, seed: int = 0) -> EncodedArticle:
+    """An invented article with ``n`` contexts of dim 8 (random but fixed by ``seed``)."""
+    rng = np.random.default_rng(seed)
+    ints = np.arange(n, dtype=np.int32)
+    block = ContextBlock(
+        sentences=[f"{title} sentence one.", f"{title} sentence two."],
+        vectors=rng.normal(size=(n, 8)).astype(np.float16),
+        token_ids=ints + 1000,
+        sentence_ids=ints % 2,
+        starts=ints * 3,
+        ends=ints * 3 + 2,
+    )
+    return EncodedArticle(Article(aid, title, text), block, fingerprint)
+
+
+ARTICLES = [
+    article("1", "Zorbland", "Zorbland is a country. Its capital is Quimby.", 3, "a1", seed=1),
+    article("2", "Quimby", "Quimby is the capital of Zorbland. Quimby has a harbour.", 2, "a2", seed=2),
+    article("3", "Flarn River", "The Flarn River flows through Zorbland.", 4, "a3", seed=3),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retries without waiting: no test sleeps."""
+    monkeypatch.setattr(OpenSearchBackend, "retry", NO_WAIT)
+
+
+# -- osmem ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def osmem() -> Iterator[Any]:
+    """One osmem-server process for the session, killed at the end."""
+    osmem_server = pytest.importorskip(
+        "osmem_server",
+        reason="osmem-server not installed (pip install osmem-server): OpenSearch fake tests skipped",
+    )
+    try:
+        server = osmem_server.OsmemServer.start(japanese=False, addr="127.0.0.1:0", startup_timeout=10)
+    except osmem_server.OsmemError as exc:
+        pytest.skip(f"osmem-server cannot start ({exc}): OpenSearch fake tests skipped")
+    yield server
+    server.close(grace=2)
+
+
+@pytest.fixture
+def config(osmem: Any) -> Iterator[Config]:
+    """A Config pointing at a fresh, empty clone of the osmem cluster."""
+    with osmem.clone() as clone:
+        yield Config(backend="opensearch", opensearch_url=clone.url, opensearch_prefix="bk")
+
+
+@pytest.fixture
+def backend(config: Config) -> Iterator[OpenSearchBackend]:
+    made = OpenSearchBackend.create(config, META)
+    yield made
+    made.close()
+
+
+def raw(config: Config) -> OpenSearch:
+    return OpenSearch(hosts=[config.opensearch_url])
+
+
+def context_ids(config: Config) -> list[str]:
+    response = raw(config).search(index="bk-contexts", body={"size": 1000, "query": {"match_all": {}}})
+    return sorted(h["_id"] for h in response["hits"]["hits"])
+
+
+def test_create_writes_meta_and_open_reads_it(config: Config) -> None:
+    OpenSearchBackend.create(config, META).close()
+    opened = OpenSearchBackend.open(config)
+    assert opened.meta() == META
+    mappings = raw(config).indices.get_mapping(index="bk-articles,bk-contexts")
+    assert mappings["bk-contexts"]["mappings"]["properties"]["vector"]["dimension"] == 8
+    assert mappings["bk-articles"]["mappings"]["_meta"] == bodies.meta_doc(META)
+    assert mappings["bk-contexts"]["mappings"]["_meta"] == bodies.meta_doc(META)
+    opened.close()
+
+
+def test_create_again_keeps_the_data(backend: OpenSearchBackend, config: Config) -> None:
+    backend.add_articles(ARTICLES)
+    again = OpenSearchBackend.create(config, META)
+    assert again.stats().articles == 3
+    again.close()
+
+
+def test_create_with_other_meta_is_a_mismatch(backend: OpenSearchBackend, config: Config) -> None:
+    with pytest.raises(IndexMismatchError) as info:
+        OpenSearchBackend.create(config, IndexMeta("tiny-bert", 5, 8, 100, "single-wordpiece"))
+    assert str(info.value) == (
+        f"index at {config.opensearch_url}/bk-* was built with layer=4, not 5; use the index's layer or a new"
+        " --index"
+    )
+
+
+def test_open_without_indices_is_not_found(config: Config) -> None:
+    with pytest.raises(
+        IndexNotFoundError, match=r"no bertknn-search index at .*\(bk-articles, bk-contexts\)"
+    ):
+        OpenSearchBackend.open(config)
+
+
+def test_open_foreign_indices_is_corrupt(config: Config) -> None:
+    client = raw(config)
+    client.indices.create(index="bk-articles", body={"mappings": {"properties": {"id": {"type": "keyword"}}}})
+    client.indices.create(index="bk-contexts", body={"mappings": {"properties": {"id": {"type": "keyword"}}}})
+    with pytest.raises(IndexCorruptError, match="no bertknn-search metadata"):
+        OpenSearchBackend.open(config)
+
+
+def test_add_twice_gives_the_same_counts(backend: OpenSearchBackend, config: Config) -> None:
+    backend.add_articles(ARTICLES)
+    first = backend.stats()
+    backend.add_articles(ARTICLES)
+    second = backend.stats()
+    assert (first.articles, first.sentences, first.contexts) == (3, 6, 9)
+    assert (second.articles, second.sentences, second.contexts) == (3, 6, 9)
+    assert second.backend == "opensearch"
+    assert second.bytes_on_disk > 0
+    assert context_ids(config) == sorted(
+        [f"1:a1:{r}" for r in range(3)] + [f"2:a2:{r}" for r in range(2)] + [f"3:a3:{r}" for r in range(4)]
+    )
+
+
+def test_replacing_an_article_removes_its_old_contexts(backend: OpenSearchBackend, config: Config) -> None:
+    backend.add_articles(ARTICLES)
+    backend.add_articles([article("1", "Zorbland", "Zorbland is a republic.", 2, "b1", seed=9)])
+    assert backend.fingerprints(["1", "2", "404"]) == {"1": "b1", "2": "a2"}
+    assert [i for i in context_ids(config) if i.startswith("1:")] == ["1:b1:0", "1:b1:1"]
+    assert backend.stats().contexts == 8
+
+
+def test_last_copy_of_an_id_in_one_batch_wins(backend: OpenSearchBackend, config: Config) -> None:
+    backend.add_articles([ARTICLES[0], article("1", "Zorbland", "Again.", 1, "c1")])
+    assert backend.fingerprints(["1"]) == {"1": "c1"}
+    assert context_ids(config) == ["1:c1:0"]
+
+
+def test_reads(backend: OpenSearchBackend) -> None:
+    backend.add_articles([*ARTICLES, article("0", "quimby", "A second Quimby, a village.", 1, "z0")])
+    assert backend.find_title("QUIMBY") == ArticleHit("0", "quimby", float("inf"))  # lowest id of two
+    assert backend.find_title("Flarn river") == ArticleHit("3", "Flarn River", float("inf"))
+    assert backend.find_title("Atlantis") is None
+    assert backend.titles(["3", "1", "404"]) == {"3": "Flarn River", "1": "Zorbland"}
+    assert backend.sentences([("3", 1), ("1", 0), ("1", 7), ("404", 0)]) == [
+        "Flarn River sentence two.",
+        "Zorbland sentence one.",
+        "",
+        "",
+    ]
+
+
+def test_search_articles(backend: OpenSearchBackend) -> None:
+    backend.add_articles(ARTICLES)
+    # osmem's BM25 is bleve's, not Lucene's: only clear-cut rankings are checked here.
+    hits = backend.search_articles("Which river flows through [MASK]?", 3)
+    assert [h.id for h in hits] == ["3"]
+    assert [h.id for h in backend.search_articles("harbour", 3)] == ["2"]
+    assert backend.search_articles("the of and", 3) == []
+    assert backend.search_articles("unknownword", 3) == []
+
+
+def test_wrong_vector_dimension_writes_nothing(backend: OpenSearchBackend) -> None:
+    bad = article("9", "Nine", "Nine.", 2, "n9")
+    bad = EncodedArticle(bad.article, ContextBlock.empty(4, ["x"]), "n9")
+    with pytest.raises(IndexMismatchError, match="has vectors of shape"):
+        backend.add_articles([bad])
+    assert backend.stats().articles == 0
+
+
+def test_bulk_rejection_is_one_line_and_hides_the_article(config: Config) -> None:
+    # An index whose mapping disagrees with its _meta: the server rejects every context.
+    made = bodies.create_bodies(META)
+    made["contexts"]["mappings"]["properties"]["vector"]["dimension"] = 4
+    client = raw(config)
+    for kind, name in bodies.index_names("bk").items():
+        client.indices.create(index=name, body=made[kind])
+    backend = OpenSearchBackend.open(config)
+    with pytest.raises(BackendError) as info:
+        backend.add_articles([ARTICLES[0]])
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"OpenSearch at {config.opensearch_url} rejected 3 of 3 documents while trying to write contexts"
+        " (first: index '1:a1:0', status 400, mapper_parsing_exception:"
+    )
+    assert "Vector dimension mismatch" in message
+    assert backend.fingerprints(["1"]) == {}
+    backend.close()
+
+
+def test_bulk_settings_are_applied_then_restored(backend: OpenSearchBackend, config: Config) -> None:
+    def index_settings() -> dict[str, Any]:
+        return raw(config).indices.get_settings(index="bk-contexts")["bk-contexts"]["settings"]["index"]
+
+    before = index_settings()
+    backend.add_articles(ARTICLES[:1])
+    during = index_settings()
+    assert (during["refresh_interval"], during["number_of_replicas"]) == ("-1", "0")
+    backend.close()
+    after = index_settings()
+    assert after.get("refresh_interval") == before.get("refresh_interval")
+    assert after["number_of_replicas"] == before["number_of_replicas"]
+
+
+@pytest.mark.reliability
+def test_bulk_cut_half_way_is_resent_without_duplicates(
+    backend: OpenSearchBackend, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(opensearch_module, "BULK_CHUNK", 2)  # 9 contexts -> 5 bulk requests
+    real_bulk = backend.client.bulk
+    calls = {"n": 0}
+
+    def flaky_bulk(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:  # two chunks are already stored when the connection drops
+            raise OSConnectionError("N/A", "connection reset", OSError("reset by peer"))
+        return real_bulk(*args, **kwargs)
+
+    monkeypatch.setattr(backend.client, "bulk", flaky_bulk)
+    backend.add_articles(ARTICLES)
+    assert len(context_ids(config)) == len(set(context_ids(config))) == 9
+    assert backend.stats().contexts == 9
+
+
+@pytest.mark.reliability
+def test_add_that_gave_up_can_be_run_again(
+    backend: OpenSearchBackend, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(opensearch_module, "BULK_CHUNK", 2)
+    real_bulk = backend.client.bulk
+    calls = {"n": 0}
+
+    def dying_bulk(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] >= 2:
+            raise OSConnectionError("N/A", "connection refused", OSError("refused"))
+        return real_bulk(*args, **kwargs)
+
+    monkeypatch.setattr(backend.client, "bulk", dying_bulk)
+    with pytest.raises(
+        BackendError, match=r"^cannot reach OpenSearch at .* to write contexts after 3 attempts"
+    ):
+        backend.add_articles(ARTICLES)
+    assert context_ids(config) and backend.fingerprints(["1", "2", "3"]) == {}  # stored, but invisible
+    monkeypatch.setattr(backend.client, "bulk", real_bulk)
+    backend.add_articles(ARTICLES)
+    assert len(context_ids(config)) == len(set(context_ids(config))) == 9
+
+
+# -- mocked client: kNN and faults ----------------------------------------------------------------
+SECRET = "s3cret-pw"
+
+
+@pytest.fixture
+def mocked() -> OpenSearchBackend:
+    config = Config(
+        backend="opensearch",
+        opensearch_url="https://search.example.org:9200",
+        opensearch_user="admin",
+        opensearch_password=SECRET,
+        opensearch_prefix="bk",
+    )
+    client = mock.MagicMock()
+    client.transport.serializer = JSONSerializer()  # streaming_bulk serialises through it
+    return OpenSearchBackend(client, config, META)
+
+
+def mget_response(fingerprints: dict[str, str]) -> dict[str, Any]:
+    return {
+        "docs": [{"_id": a, "found": True, "_source": {"fingerprint": f}} for a, f in fingerprints.items()]
+    }
+
+
+def knn_hit(article_id: str, d2: float, sentence: int, start: int, token: int, gen: str) -> dict[str, Any]:
+    source = {
+        "article_id": article_id,
+        "generation": gen,
+        "token_id": token,
+        "sentence_id": sentence,
+        "start": start,
+        "end": start + 2,
+    }
+    return {"_score": float(np.float32(1 / (1 + d2))), "_source": source}
+
+
+def test_knn_filters_on_the_generations_of_the_article_docs(mocked: OpenSearchBackend) -> None:
+    mocked.client.mget.return_value = mget_response({"1": "a1", "3": "a3"})
+    mocked.client.search.return_value = {
+        "hits": {"hits": [knn_hit("3", 0.5, 0, 0, 7, "3:a3"), knn_hit("1", 2.0, 1, 4, 8, "1:a1")]}
+    }
+    query = np.arange(8, dtype=np.float32)
+    got = mocked.knn(query, 2, ["3", "1", "404", "1"])
+    mocked.client.mget.assert_called_once_with(
+        index="bk-articles", body={"ids": ["1", "3", "404"]}, _source_includes=["fingerprint"], realtime=False
+    )
+    mocked.client.search.assert_called_once_with(
+        index="bk-contexts", body=bodies.knn_exact_body(query, 2, ["1:a1", "3:a3"])
+    )
+    assert got.article_ids == ["3", "1"]
+    np.testing.assert_allclose(got.distances, [0.5, 2.0], rtol=1e-6)
+    assert got.token_ids.tolist() == [7, 8]
+
+
+def test_knn_with_no_known_article_asks_nothing(mocked: OpenSearchBackend) -> None:
+    mocked.client.mget.return_value = {"docs": [{"_id": "404", "found": False}]}
+    assert len(mocked.knn(np.zeros(8), 5, ["404"])) == 0
+    mocked.client.search.assert_not_called()
+
+
+def test_knn_without_ir_is_approximate_and_drops_stale_generations(mocked: OpenSearchBackend) -> None:
+    mocked.client.search.return_value = {
+        "hits": {"hits": [knn_hit("1", 0.1, 0, 0, 5, "1:old"), knn_hit("1", 0.3, 0, 3, 6, "1:a1")]}
+    }
+    mocked.client.mget.return_value = mget_response({"1": "a1"})
+    got = mocked.knn(np.zeros(8), 2)
+    assert mocked.client.search.call_args.kwargs["body"]["query"] == {
+        "knn": {"vector": {"vector": [0.0] * 8, "k": 2}}
+    }
+    assert got.token_ids.tolist() == [6]
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(
+    "fault",
+    [
+        OSConnectionError("N/A", "refused", OSError("Connection refused")),
+        TransportError(429, "too_many_requests", "slow down"),
+        TransportError(500, "internal_server_error", "boom"),
+        TransportError(503, "unavailable", "no cluster manager"),
+    ],
+)
+def test_transient_faults_are_retried(mocked: OpenSearchBackend, fault: Exception) -> None:
+    ok = {"hits": {"hits": [{"_id": "2", "_score": 1.5, "_source": {"title": "Quimby"}}]}}
+    mocked.client.search.side_effect = [fault, fault, ok]
+    assert mocked.search_articles("Quimby harbour", 3) == [ArticleHit("2", "Quimby", 1.5)]
+    assert mocked.client.search.call_count == 3
+    assert mocked.client.search.call_args.kwargs["search_type"] == "dfs_query_then_fetch"
+
+
+@pytest.mark.reliability
+def test_giving_up_is_one_line_without_secrets(mocked: OpenSearchBackend) -> None:
+    mocked.client.search.side_effect = OSConnectionError("N/A", "refused", OSError("Connection refused"))
+    with pytest.raises(BackendError) as info:
+        mocked.search_articles("Quimby", 3)
+    assert mocked.client.search.call_count == 3
+    assert str(info.value) == (
+        "cannot reach OpenSearch at https://search.example.org:9200 to search articles after 3 attempts"
+        " (ConnectionError: Connection refused); check that the cluster is up and OPENSEARCH_URL is right"
+    )
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.reliability
+def test_bad_requests_are_not_retried(mocked: OpenSearchBackend) -> None:
+    mocked.client.search.side_effect = TransportError(
+        400,
+        "search_phase_execution_exception",
+        {"error": {"type": "parsing_exception", "reason": "bad\nquery"}},
+    )
+    with pytest.raises(BackendError) as info:
+        mocked.search_articles("Quimby", 3)
+    assert mocked.client.search.call_count == 1
+    assert str(info.value) == (
+        "OpenSearch at https://search.example.org:9200 failed to search articles: HTTP 400 parsing_exception:"
+        " bad query; the request was rejected; check the indices were made by this version of bertknn-search"
+    )
+
+
+@pytest.mark.reliability
+def test_bulk_500_then_success_is_retried(mocked: OpenSearchBackend) -> None:
+    mocked.client.indices.get_settings.return_value = {}
+    mocked.client.delete_by_query.return_value = {"failures": []}
+    replies: list[Any] = [TransportError(500, "internal", "boom")]
+
+    def bulk(body: str, **kwargs: Any) -> dict[str, Any]:
+        if replies:
+            raise replies.pop()
+        lines = body.strip().split("\n")[::2]  # action lines; the documents are in between
+        return {"errors": False, "items": [{"index": {"status": 201}} for _ in lines]}
+
+    mocked.client.bulk.side_effect = bulk
+    mocked.add_articles([ARTICLES[0]])
+    sent = [call.kwargs["body"] for call in mocked.client.bulk.call_args_list]
+    assert len(sent) == 3  # contexts (500), contexts again, the article
+    assert sent[0] == sent[1]
+    assert '"_id":"1:a1:0"' in sent[1]
+    assert sent[2].startswith('{"index":{"_id":"1","_index":"bk-articles"}}\n{"id":"1",')
+    mocked.client.delete_by_query.assert_called_once_with(
+        index="bk-contexts",
+        body=bodies.stale_contexts_query([ARTICLES[0]]),
+        refresh=True,
+        conflicts="proceed",
+    )
