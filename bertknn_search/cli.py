@@ -189,7 +189,7 @@ def ingest_wiki(
 
     config = make_config(**flags)
     summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=not no_progress)
-    _print_summary(summary, config, as_json, "ingested")
+    _print_summary(summary, as_json, "ingested")
 
 
 @main.command()
@@ -208,20 +208,19 @@ def add(
     config = make_config(**flags)
     config = adopt_index(config, flags["model"] is not None, flags["layer"] is not None)
     summary = add_articles(source, config, limit=limit, fmt=fmt, progress=not no_progress)
-    _print_summary(summary, config, as_json, "added")
+    _print_summary(summary, as_json, "added")
 
 
-def _print_summary(summary: Any, config: Config, as_json: bool, verb: str) -> None:
+def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
     from bertknn_search.output import to_json
 
     if as_json:
         click.echo(to_json(summary))
         return
-    where = config.opensearch_url if config.backend == "opensearch" else config.index
     click.echo(
         f"{verb} {summary.articles:,} articles ({summary.reused:,} already stored, {summary.empty:,} empty"
         f" skipped): {summary.sentences:,} sentences, {summary.contexts:,} contexts in"
-        f" {summary.seconds:.1f} s ({summary.contexts_per_second:,.0f} contexts/s) into {where}"
+        f" {summary.seconds:.1f} s ({summary.contexts_per_second:,.0f} contexts/s) into {summary.location}"
     )
 
 
@@ -343,7 +342,7 @@ def demo(out: Path, no_progress: bool) -> None:
         model=str(files.model), index=out / "index", device="cpu", max_length=64, temperature=1.0
     )
     summary = run_ingest(files.corpus, config, progress=not no_progress)
-    _print_summary(summary, config, False, "ingested")
+    _print_summary(summary, False, "ingested")
     searcher = Searcher.open(config)
     try:
         for answer in searcher.answer_batch([Question(q, s) for q, s in files.questions]):

@@ -66,6 +66,8 @@ class Encoder:
         if self.tokenizer.mask_token_id is None:
             raise ModelLoadError(f"model {model!r} has no mask token; a masked language model is needed")
         self.max_length = min(max_length, int(getattr(self.model_config, "max_position_embeddings", 512)))
+        # Read once: during ingest another thread tokenizes, and the Rust tokenizer is not to be shared.
+        self.pad_id = int(self.tokenizer.pad_token_id or 0)
 
     # -- facts about the model -------------------------------------------------------------------
     @property
@@ -157,8 +159,7 @@ class Encoder:
         import torch
 
         width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)
         for i, row in enumerate(rows):
             ids[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)

@@ -16,7 +16,7 @@ from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
 from bertknn_search.errors import InputFormatError
-from bertknn_search.ingest.contexts import build_blocks, encode_rows, fingerprint, make_rows
+from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, fingerprint, make_rows
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, IndexMeta
@@ -36,6 +36,7 @@ class IngestSummary:
     sentences: int
     contexts: int
     seconds: float
+    location: str = ""  # the index written to, as the backend shows it
 
     @property
     def contexts_per_second(self) -> float:
@@ -80,30 +81,38 @@ def ingest(
     encoder = Encoder(config.model, config.layer, config.device, config.max_length)
     meta = index_meta(config, encoder)
     if existing_only:
-        check_meta(backend.meta(), meta, str(config.index))
+        check_meta(backend.meta(), meta, backend.location)
     else:
         backend = open_backend(config, create=meta)
     counts = {"articles": 0, "reused": 0, "empty": 0, "sentences": 0, "contexts": 0}
     bar = tqdm(desc="ingest", unit=" articles", disable=not progress, dynamic_ncols=True)
     pending: deque[Future[None]] = deque()
+    articles = source if isinstance(source, Sequence) else read_articles(source, limit=limit, fmt=fmt)
+    chunks = _chunks(articles)
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
-            articles = source if isinstance(source, Sequence) else read_articles(source, limit=limit, fmt=fmt)
-            for chunk in _chunks(articles):
-                todo = _still_to_do(chunk, backend, config, counts)
-                if todo:
-                    sentences = [split_sentences(a.text) for a in todo]
-                    rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length)
-                    vectors = encode_rows(rows, encoder, config.batch_size)
-                    items = build_blocks(todo, sentences, rows, vectors, config)
-                    # Writes run beside the next chunk's encoding; the queue bound keeps memory flat.
+        # Three stages overlap: the next chunk is read, split and turned into rows on the "prepare"
+        # thread while this one is encoded here, and the previous one is written on the "writer" thread.
+        # On a GPU the main thread mostly waits on the device, so the CPU stages no longer add to it.
+        with (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
+        ):
+            ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
+            while (prepared := ahead.result()) is not None:
+                ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
+                for key in ("reused", "empty"):
+                    counts[key] += prepared.counts[key]
+                if prepared.todo:
+                    vectors = encode_rows(prepared.rows, encoder, config.batch_size)
+                    items = build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
+                    # The queue bound keeps memory flat when the store is slower than the encoder.
                     pending.append(writer.submit(backend.add_articles, items))
                     while len(pending) > MAX_PENDING_WRITES:
                         pending.popleft().result()
-                    counts["articles"] += len(todo)
-                    counts["sentences"] += sum(len(s) for s in sentences)
-                    counts["contexts"] += len(rows)
-                bar.update(len(chunk))
+                    counts["articles"] += len(prepared.todo)
+                    counts["sentences"] += sum(len(s) for s in prepared.sentences)
+                    counts["contexts"] += len(prepared.rows)
+                bar.update(prepared.size)
                 elapsed = time.perf_counter() - started
                 bar.set_postfix(
                     contexts=f"{counts['contexts']:,}", ctx_per_s=f"{counts['contexts'] / elapsed:,.0f}"
@@ -113,7 +122,7 @@ def ingest(
     finally:
         bar.close()
         backend.close()
-    return IngestSummary(**counts, seconds=time.perf_counter() - started)
+    return IngestSummary(**counts, seconds=time.perf_counter() - started, location=backend.location)
 
 
 def add_articles(
@@ -135,16 +144,35 @@ def add_articles(
     return ingest(articles, config, progress=progress, existing_only=True)
 
 
-def _still_to_do(
-    chunk: list[Article], backend: Backend, config: Config, counts: dict[str, int]
-) -> list[Article]:
+@dataclass(frozen=True)
+class Prepared:
+    """One chunk ready for the encoder: what to (re)write, its sentences and masked rows."""
+
+    size: int  # articles read, including reused and empty ones
+    todo: list[Article]
+    sentences: list[list[str]]
+    rows: list[MaskedRow]
+    counts: dict[str, int]  # "reused" and "empty" in this chunk
+
+
+def _prepare(
+    chunks: Iterator[list[Article]], backend: Backend, encoder: Encoder, config: Config
+) -> Prepared | None:
+    """Read the next chunk and do its CPU work; None when the corpus is done.
+
+    Runs on one thread only (the "prepare" thread), so ``chunks`` is never advanced from two at once.
+    """
+    chunk = next(chunks, None)
+    if chunk is None:
+        return None
     latest = {a.id: a for a in chunk}  # an id seen twice in one chunk: the later text wins
     with_text = [a for a in latest.values() if a.text.strip()]
-    counts["empty"] += len(latest) - len(with_text)
     stored = backend.fingerprints([a.id for a in with_text])
     todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
-    counts["reused"] += len(with_text) - len(todo)
-    return todo
+    sentences = [split_sentences(a.text) for a in todo]
+    rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length) if todo else []
+    counts = {"reused": len(with_text) - len(todo), "empty": len(latest) - len(with_text)}
+    return Prepared(len(chunk), todo, sentences, rows, counts)
 
 
 def _chunks(articles: Iterable[Article]) -> Iterator[list[Article]]:

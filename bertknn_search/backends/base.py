@@ -22,6 +22,11 @@ class Backend(Protocol):
       ties broken by article id, so both backends rank alike.
     """
 
+    @property
+    def location(self) -> str:
+        """Where the index is, for messages (never with credentials)."""
+        ...
+
     def meta(self) -> IndexMeta:
         """What the index was built with."""
         ...

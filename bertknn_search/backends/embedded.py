@@ -133,6 +133,10 @@ class EmbeddedBackend:
             ) from exc
         return cls(path, conn, meta)
 
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
     def meta(self) -> IndexMeta:
         return self._meta
 
