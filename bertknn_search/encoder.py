@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -140,34 +141,61 @@ class Encoder:
         Returns:
             (len(rows), dim) float16.
         """
-        import torch
-
         if not rows:
             return np.zeros((0, self.dim), np.float16)
-        ids, attention = self._pad(rows)
-        dev = self.placement.device
-        with torch.inference_mode():
-            out = self.trunk(
-                input_ids=ids.to(dev, non_blocking=True),
-                attention_mask=attention.to(dev, non_blocking=True),
-            )
-            pos = torch.as_tensor(mask_positions, device=dev)
-            states = out.last_hidden_state[torch.arange(len(rows), device=dev), pos]
-            return states.to(torch.float16).cpu().numpy()
+        return next(self.key_states_many([(rows, mask_positions)]))
 
-    def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+    def key_states_many(
+        self, batches: Iterable[tuple[Sequence[Sequence[int]], Sequence[int]]]
+    ) -> Iterator[np.ndarray]:
+        """``key_states`` for each (rows, mask_positions) batch, in order, pipelined on a GPU.
+
+        On CUDA a batch's states are copied back into pinned memory asynchronously and handed out only
+        after the next batch has been queued, so the device never waits for Python to collect a result.
+        """
         import torch
 
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
-            attention[i, : len(row)] = 1
+        dev = self.placement.device
+        cuda = dev.type == "cuda"
+        in_flight: tuple[Any, Any] | None = None
+        for rows, positions in batches:
+            ids, attention = self._pad(rows)
+            with torch.inference_mode():
+                out = self.trunk(
+                    input_ids=ids.to(dev, non_blocking=True),
+                    attention_mask=attention.to(dev, non_blocking=True),
+                )
+                pos = torch.as_tensor(positions, device=dev)
+                states = out.last_hidden_state[torch.arange(len(rows), device=dev), pos].to(torch.float16)
+                if cuda:
+                    host = torch.empty(states.shape, dtype=torch.float16, pin_memory=True)
+                    host.copy_(states, non_blocking=True)
+                    done = torch.cuda.Event()
+                    done.record()
+            # Yield outside inference_mode: the caller runs while this generator is suspended.
+            if not cuda:
+                yield states.numpy()
+                continue
+            if in_flight is not None:
+                yield _collect(*in_flight)
+            in_flight = (host, done)
+        if in_flight is not None:
+            yield _collect(*in_flight)
+
+    def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+        """Right-padded (B, width) int64 ids and attention mask, built with numpy in one pass."""
+        import torch
+
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        attention = np.arange(int(lengths.max())) < lengths[:, None]
+        ids = np.full(attention.shape, self.pad_id, dtype=np.int64)
+        # A row-major boolean assignment fills each row's first len(row) slots, in row order.
+        ids[attention] = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        ids_t, attention_t = torch.from_numpy(ids), torch.from_numpy(attention.astype(np.int64))
         if self.placement.device.type == "cuda":
             # Pinned host memory lets the copy to the GPU overlap with the previous batch's compute.
-            ids, attention = ids.pin_memory(), attention.pin_memory()
-        return ids, attention
+            ids_t, attention_t = ids_t.pin_memory(), attention_t.pin_memory()
+        return ids_t, attention_t
 
     # -- queries -----------------------------------------------------------------------------------
     def prepare(self, question: str) -> list[int]:
@@ -210,3 +238,8 @@ class Encoder:
             states = out.hidden_states[self.layer][index].float()
             p_bert = torch.softmax(out.logits[index].float(), dim=-1)
         return states.cpu().numpy(), p_bert.cpu().numpy()
+
+
+def _collect(host: Any, done: Any) -> np.ndarray:
+    done.synchronize()
+    return host.numpy()

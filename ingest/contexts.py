@@ -96,9 +96,10 @@ def encode_rows(rows: Sequence[MaskedRow], encoder: Encoder, batch_size: int) ->
     """
     out = np.zeros((len(rows), encoder.dim), dtype=np.float16)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].input_ids))
-    for lo in range(0, len(order), batch_size):
-        idx = order[lo : lo + batch_size]
-        out[idx] = encoder.key_states([rows[i].input_ids for i in idx], [rows[i].mask_position for i in idx])
+    slices = [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
+    batches = (([rows[i].input_ids for i in idx], [rows[i].mask_position for i in idx]) for idx in slices)
+    for idx, states in zip(slices, encoder.key_states_many(batches)):
+        out[idx] = states
     return out
 
 

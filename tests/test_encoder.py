@@ -26,6 +26,19 @@ def test_trunk_key_equals_full_model_state_at_layer(encoder: Encoder) -> None:
     np.testing.assert_allclose(key[0].astype(np.float32), states[0], atol=2e-3, rtol=2e-3)
 
 
+def test_keys_do_not_depend_on_padding_or_batching(encoder: Encoder) -> None:
+    texts = ["zorblat was born in [MASK] .", "[MASK] knew zorblat as a famous painter in the north ."]
+    rows = [encoder.prepare(t) for t in texts]
+    positions = [r.index(encoder.tokenizer.mask_token_id) for r in rows]
+    assert len(rows[0]) != len(rows[1])  # the shorter row is padded in a shared batch
+    together = encoder.key_states(rows, positions)
+    batches = [([rows[1]], [positions[1]]), ([rows[0]], [positions[0]])]
+    one_by_one = list(encoder.key_states_many(batches))
+    np.testing.assert_allclose(together[1], one_by_one[0][0], atol=2e-3)
+    np.testing.assert_allclose(together[0], one_by_one[1][0], atol=2e-3)
+    assert not np.allclose(together[0], together[1], atol=2e-3)
+
+
 def test_layer_changes_the_state(tiny_model: Path, encoder: Encoder) -> None:
     other = Encoder(str(tiny_model), layer=12, device="cpu", max_length=64)
     a, _ = encoder.query(["zorblat was born in [MASK] ."])
