@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import LAYER, CorpusGenerator, build_model, environment, write_results
+from common import (
+    LAYER,
+    CorpusGenerator,
+    argument_parser,
+    build_model,
+    environment,
+    run_benchmark,
+)
 
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
@@ -233,25 +240,13 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--model-size", choices=["base", "small", "tiny"], default="base")
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--sentences", type=int, default=None, help="default: a few minutes' worth per device"
     )
     parser.add_argument("--batch-sizes", default="128", help="comma-separated batch sizes for our path")
     parser.add_argument("--cpu-bf16", action="store_true", help="also time a bf16 trunk on the CPU")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    args = parser.parse_args()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # loading bars would bury the report
-    results = run(args)
-    print(report(results))
-    write_results(args.out, results)
+    run_benchmark(parser, run, report)
 
 
 if __name__ == "__main__":

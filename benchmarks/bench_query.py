@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import LAYER, CorpusGenerator, build_model, dir_bytes, environment, percentiles, write_results
+from common import (
+    LAYER,
+    CorpusGenerator,
+    argument_parser,
+    build_model,
+    dir_bytes,
+    environment,
+    percentiles,
+    run_benchmark,
+)
 
 from bertknn_search.backends import codec
 from bertknn_search.config import Config
@@ -309,11 +318,7 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--model-size", choices=["base", "small", "tiny"], default="base")
+    parser = argument_parser(__doc__)
     parser.add_argument("--keys", choices=["synthetic", "encoder"], default="synthetic")
     parser.add_argument(
         "--store-dtype", choices=codec.DTYPES, default="float16", help="how vectors are stored"
@@ -324,15 +329,7 @@ def main() -> None:
     parser.add_argument("--scale-questions", type=int, default=60, help="questions per kind at other sizes")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--tmp", type=Path, default=None, help="where the index is built (default: $TMPDIR)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    results = run(args)
-    print(report(results))
-    write_results(args.out, results)
+    run_benchmark(parser, run, report)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import LAYER, CorpusGenerator, build_model, environment, write_results
+from common import (
+    LAYER,
+    CorpusGenerator,
+    argument_parser,
+    build_model,
+    environment,
+    run_benchmark,
+)
 
 from bertknn_search.backends import codec
 from bertknn_search.encoder import Encoder
@@ -251,23 +258,11 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--model-size", choices=["base", "small", "tiny"], default="base")
+    parser = argument_parser(__doc__)
     parser.add_argument("--articles", type=int, default=12, help="corpus size (about 240 contexts each)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    results = run(args)
-    print(report(results))
-    write_results(args.out, results)
+    run_benchmark(parser, run, report)
 
 
 if __name__ == "__main__":

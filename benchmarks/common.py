@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -9,7 +10,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,3 +247,28 @@ def write_results(path: Path | None, results: dict[str, Any]) -> None:
 def dir_bytes(path: Path) -> int:
     """Total size of the files under ``path``."""
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def argument_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every benchmark takes; each script adds its own."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--model-size", choices=["base", "small", "tiny"], default="base")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    return parser
+
+
+def run_benchmark(
+    parser: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], dict[str, Any]],
+    report: Callable[[dict[str, Any]], str],
+) -> None:
+    """Parse the options, run, print the report and write the JSON."""
+    args = parser.parse_args()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # loading bars would bury the report
+    results = run(args)
+    print(report(results))
+    write_results(args.out, results)
