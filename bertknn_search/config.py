@@ -16,6 +16,9 @@ MASK_POLICIES = ("single-wordpiece", "single-wordpiece-no-stopwords")
 STORE_DTYPES = ("float16", "int8")
 DISTANCES = ("squared-l2", "l2")
 BACKENDS = ("embedded", "opensearch")
+# Masked sentences (or questions) per forward pass: a GPU needs big batches to be busy, a CPU does not.
+CPU_BATCH = 128
+GPU_BATCH = 1024
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,14 @@ class Config:
 
     # How the work runs.
     device: str = "auto"
-    batch_size: int = 128
+    batch_size: int | None = None  # None: CPU_BATCH on a CPU, GPU_BATCH on a GPU (see batch_for)
     top: int = 10
+
+    def batch_for(self, device_type: str) -> int:
+        """The batch size to use on a torch device of type ``device_type`` ("cpu", "cuda", ...)."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return GPU_BATCH if device_type == "cuda" else CPU_BATCH
 
     def __post_init__(self) -> None:
         checks = [
@@ -62,7 +71,10 @@ class Config:
             (self.temperature > 0, f"--temperature must be > 0, got {self.temperature}"),
             (0.0 <= self.lam <= 1.0, f"--lambda must be in [0, 1], got {self.lam}"),
             (self.top >= 1, f"--top must be >= 1, got {self.top}"),
-            (self.batch_size >= 1, f"--batch-size must be >= 1, got {self.batch_size}"),
+            (
+                self.batch_size is None or self.batch_size >= 1,
+                f"--batch-size must be >= 1, got {self.batch_size}",
+            ),
             (self.max_length >= 8, f"--max-length must be >= 8, got {self.max_length}"),
             (self.distance in DISTANCES, f"distance must be one of {DISTANCES}, got {self.distance!r}"),
             (self.mask_policy in MASK_POLICIES, f"mask policy must be one of {MASK_POLICIES}"),

@@ -81,7 +81,7 @@ def grid_search(
     shape = tuple(len(v) for v in values.values())
     hits = np.zeros((*shape, len(ready)), dtype=bool)
     scored = np.zeros(len(ready), dtype=bool)
-    size, j = batch_size or config.batch_size, 0
+    size, j = batch_size or config.batch_for(searcher.encoder.placement.device.type), 0
     with tqdm(total=len(ready), disable=not progress, desc="grid") as bar:
         for batch in batches(ready, size):
             states, p_bert = searcher.encode([p.question for p in batch])

@@ -153,7 +153,7 @@ def evaluate(
         lines = [_line(fact, {}, reason) for fact, reason in skipped if fact.key not in done]
         _append(out, lines)
         done.update({line["key"]: line for line in lines})
-        for batch in batches(todo, batch_size or config.batch_size):
+        for batch in batches(todo, batch_size or config.batch_for(searcher.encoder.placement.device.type)):
             lines = _rank_batch(searcher, batch, config, allowed)
             _append(out, lines)
             done.update({line["key"]: line for line in lines})

@@ -84,6 +84,7 @@ def ingest(
         check_meta(backend.meta(), meta, backend.location)
     else:
         backend = open_backend(config, create=meta)
+    batch_size = config.batch_for(encoder.placement.device.type)
     counts = {"articles": 0, "reused": 0, "empty": 0, "sentences": 0, "contexts": 0}
     bar = tqdm(desc="ingest", unit=" articles", disable=not progress, dynamic_ncols=True)
     pending: deque[Future[None]] = deque()
@@ -103,7 +104,7 @@ def ingest(
                 for key in ("reused", "empty"):
                     counts[key] += prepared.counts[key]
                 if prepared.todo:
-                    vectors = encode_rows(prepared.rows, encoder, config.batch_size)
+                    vectors = encode_rows(prepared.rows, encoder, batch_size)
                     items = build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
                     # The queue bound keeps memory flat when the store is slower than the encoder.
                     pending.append(writer.submit(backend.add_articles, items))

@@ -32,6 +32,7 @@ from bertknn_search.search import Scored, Searcher
 
 LIVE = bool(os.environ.get("OPENSEARCH_URL"))
 TOLERANCE = 1e-4
+QUESTION = "Many people in [MASK] knew Zorblat.\n"
 
 
 class KnnScoringClient:
@@ -190,3 +191,51 @@ def test_added_article_answers_the_same_on_both_backends(
     finally:
         embedded.close()
         opensearch.close()
+
+
+@pytest.mark.opensearch
+def test_cli_gives_the_same_answers_on_both_backends(
+    base_config: Config, opensearch_config: Config, corpus: Path, tmp_path: Path
+) -> None:
+    """The CLI flags reach the backend: ingest, stats and query through ``bertknn-search`` on each."""
+    flags = {
+        "embedded": ["--index", str(tmp_path / "index")],
+        "opensearch": [
+            "--backend",
+            "opensearch",
+            "--opensearch-url",
+            str(opensearch_config.opensearch_url),
+            "--opensearch-prefix",
+            opensearch_config.opensearch_prefix,
+        ],
+    }
+    answers, stats = {}, {}
+    for name, where in flags.items():
+        model = ["--model", base_config.model, "--device", "cpu", "--max-length", "64"]
+        r = cli("ingest", "wiki", str(corpus), "--no-progress", *model, *where)
+        assert r.exit_code == 0, r.output
+        stats[name] = json.loads(cli("stats", "--json", *where).output)
+        r = cli("query", "--json", "--temperature", "1", "--file", "-", *where, input=QUESTION)
+        assert r.exit_code == 0, r.output
+        answers[name] = json.loads(r.output)
+    a, b = answers["embedded"], answers["opensearch"]
+    assert (stats["embedded"]["contexts"], stats["embedded"]["articles"]) == (
+        stats["opensearch"]["contexts"],
+        stats["opensearch"]["articles"],
+    )
+    assert stats["opensearch"]["backend"] == "opensearch"
+    assert [x["id"] for x in a["articles"]] == [x["id"] for x in b["articles"]]
+    assert len(a["articles"]) == 3 and a["n_neighbors"] == b["n_neighbors"] > 0
+    for ranking in ("bert_knn", "knn", "bert"):
+        assert [p["word"] for p in a[ranking]] == [p["word"] for p in b[ranking]]
+        np.testing.assert_allclose(
+            [p["prob"] for p in a[ranking]], [p["prob"] for p in b[ranking]], atol=TOLERANCE
+        )
+
+
+def cli(*args: str, input: str | None = None) -> Any:
+    from click.testing import CliRunner
+
+    from bertknn_search.cli import main
+
+    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
