@@ -182,29 +182,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         torch.cuda.empty_cache()
 
     # The whole pipeline: text -> sentences -> rows -> vectors -> SQLite, model load included.
-    # Once per --pipeline-workers value ("auto": what Config picks for the device); the best is reported.
-    by_workers = {}
-    for workers in args.pipeline_workers.split(","):
-        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
-            config = Config(
-                model=str(model_dir),
-                layer=LAYER,
-                device=device,
-                batch_size=int(best),
-                index=Path(tmp),
-                workers=None if workers == "auto" else int(workers),
-            )
-            summary = ingest(articles, config, progress=False)
-        by_workers[workers] = {
-            "workers": config.workers_for(torch.device(device).type),
-            "seconds": summary.seconds,
-            "contexts": summary.contexts,
-            "contexts_per_s": summary.contexts_per_second,
-            "contexts_per_s_without_load": summary.contexts
-            / max(summary.seconds - results["ours_load_s"], 1e-9),
-        }
-    fastest = max(by_workers, key=lambda w: by_workers[w]["contexts_per_s"])
-    results["pipeline"] = {**by_workers[fastest], "by_workers": by_workers}
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
+        config = Config(
+            model=str(model_dir), layer=LAYER, device=device, batch_size=int(best), index=Path(tmp)
+        )
+        summary = ingest(articles, config, progress=False)
+    results["pipeline"] = {
+        "seconds": summary.seconds,
+        "contexts": summary.contexts,
+        "contexts_per_s": summary.contexts_per_second,
+        "contexts_per_s_without_load": summary.contexts / max(summary.seconds - results["ours_load_s"], 1e-9),
+    }
     naive_rate = results["naive"]["contexts_per_s"]
     results["ratios"] = {
         "ours_vs_naive": results["ours"]["contexts_per_s"] / naive_rate,
@@ -239,11 +227,6 @@ def report(r: dict[str, Any]) -> str:
         rate = r["ours_cpu_bf16"]["contexts_per_s"]
         lines.append(f"  ours, bf16 trunk on the CPU (not the default):      {rate:10.1f} ctx/s")
     p = r["pipeline"]
-    for workers, row in p.get("by_workers", {}).items():
-        lines.append(
-            f"  ingest(), --workers {workers} ({row['workers']} processes):"
-            f" {row['contexts_per_s']:10.1f} ctx/s in {row['seconds']:.1f} s"
-        )
     lines += [
         f"  ingest() end to end (split, encode, SQLite, load):   {p['contexts_per_s']:10.1f} ctx/s"
         f"  ({p['contexts_per_s_without_load']:.1f} without the {r['ours_load_s']:.1f} s model load)",
@@ -263,9 +246,6 @@ def main() -> None:
     )
     parser.add_argument("--batch-sizes", default="128", help="comma-separated batch sizes for our path")
     parser.add_argument("--cpu-bf16", action="store_true", help="also time a bf16 trunk on the CPU")
-    parser.add_argument(
-        "--pipeline-workers", default="auto", help="comma-separated --workers values for ingest(), or auto"
-    )
     run_benchmark(parser, run, report)
 
 
