@@ -151,11 +151,6 @@ def _ingest_options(f: F) -> F:
             help="Input format [default: detected].",
         ),
         click.option("--limit", type=click.IntRange(min=1), help="Stop after this many articles."),
-        click.option(
-            "--workers",
-            type=click.IntRange(min=0),
-            help="Ingest processes splitting sentences [default 0 on a CPU, up to 8 on a GPU].",
-        ),
         click.option("--no-progress", is_flag=True, help="No progress bar."),
         json_option,
     ]

@@ -19,7 +19,6 @@ BACKENDS = ("embedded", "opensearch")
 # Masked sentences (or questions) per forward pass: a GPU needs big batches to be busy, a CPU does not.
 CPU_BATCH = 128
 GPU_BATCH = 1024
-MAX_AUTO_WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,6 @@ class Config:
     # How the work runs.
     device: str = "auto"
     batch_size: int | None = None  # None: CPU_BATCH on a CPU, GPU_BATCH on a GPU (see batch_for)
-    workers: int | None = None  # ingest processes splitting text; None: none on a CPU, several on a GPU
     top: int = 10
 
     def batch_for(self, device_type: str) -> int:
@@ -64,16 +62,6 @@ class Config:
         if self.batch_size is not None:
             return self.batch_size
         return GPU_BATCH if device_type == "cuda" else CPU_BATCH
-
-    def workers_for(self, device_type: str) -> int:
-        """Worker processes for sentence splitting and row building during ingest (0: a thread).
-
-        On a GPU the encoder outruns one CPU core of pure-Python splitting; on a CPU the encoder already
-        uses every core, so extra processes would only compete with it.
-        """
-        if self.workers is not None:
-            return self.workers
-        return max(0, min(MAX_AUTO_WORKERS, (os.cpu_count() or 1) - 2)) if device_type == "cuda" else 0
 
     def __post_init__(self) -> None:
         checks = [
@@ -87,7 +75,6 @@ class Config:
                 self.batch_size is None or self.batch_size >= 1,
                 f"--batch-size must be >= 1, got {self.batch_size}",
             ),
-            (self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}"),
             (self.max_length >= 8, f"--max-length must be >= 8, got {self.max_length}"),
             (self.distance in DISTANCES, f"distance must be one of {DISTANCES}, got {self.distance!r}"),
             (self.mask_policy in MASK_POLICIES, f"mask policy must be one of {MASK_POLICIES}"),

@@ -37,7 +37,3 @@ class ModelLoadError(BertKnnError):
 
 class BackendError(BertKnnError):
     """The storage backend failed (disk full, cluster unreachable after retries, bulk rejected)."""
-
-
-class WorkerError(BertKnnError):
-    """A worker process of the ingest died (killed, out of memory)."""

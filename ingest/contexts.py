@@ -45,7 +45,7 @@ def maskable(word: str, policy: str) -> bool:
 
 
 def make_rows(
-    sentences: Sequence[Sequence[str]], encoder: Encoder, policy: str, max_length: int, first: int = 0
+    sentences: Sequence[Sequence[str]], encoder: Encoder, policy: str, max_length: int
 ) -> list[MaskedRow]:
     """Every maskable single-wordpiece word occurrence of every sentence, as a masked model input.
 
@@ -55,7 +55,6 @@ def make_rows(
         policy: the mask policy (``Config.mask_policy``).
         max_length: model input limit; longer sentences are windowed around each mask
             ([mask − w/2, mask + w/2), shifted to stay inside the sentence), as the reference does.
-        first: the article index of ``sentences[0]`` (when a chunk is split across processes).
 
     Returns:
         Rows in article, sentence, position order.
@@ -63,7 +62,7 @@ def make_rows(
     tok = encoder.tokenizer
     cls_id, sep_id, mask_id, unk_id = tok.cls_token_id, tok.sep_token_id, tok.mask_token_id, tok.unk_token_id
     width = max_length - 2
-    flat = [(a, s, text) for a, sents in enumerate(sentences, first) for s, text in enumerate(sents)]
+    flat = [(a, s, text) for a, sents in enumerate(sentences) for s, text in enumerate(sents)]
     if not flat:
         return []
     enc = tok([t for _, _, t in flat], add_special_tokens=False, return_offsets_mapping=True)

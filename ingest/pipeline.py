@@ -16,9 +16,9 @@ from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
 from bertknn_search.errors import InputFormatError
-from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, fingerprint
-from bertknn_search.ingest.prepare import RowMaker
+from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, fingerprint, make_rows
 from bertknn_search.ingest.readers import read_articles
+from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, IndexMeta
 
 CHUNK_CHARS = 60_000  # articles are encoded together up to this much text, so batches mix sentences
@@ -95,13 +95,12 @@ def ingest(
         # thread while this one is encoded here, and the previous one is written on the "writer" thread.
         # On a GPU the main thread mostly waits on the device, so the CPU stages no longer add to it.
         with (
-            RowMaker(encoder, config.mask_policy, config.workers_for(encoder.placement.device.type)) as make,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
-            ahead = preparer.submit(_prepare, chunks, backend, make, config)
+            ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
             while (prepared := ahead.result()) is not None:
-                ahead = preparer.submit(_prepare, chunks, backend, make, config)
+                ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
                 for key in ("reused", "empty"):
                     counts[key] += prepared.counts[key]
                 if prepared.todo:
@@ -158,7 +157,7 @@ class Prepared:
 
 
 def _prepare(
-    chunks: Iterator[list[Article]], backend: Backend, make: RowMaker, config: Config
+    chunks: Iterator[list[Article]], backend: Backend, encoder: Encoder, config: Config
 ) -> Prepared | None:
     """Read the next chunk and do its CPU work; None when the corpus is done.
 
@@ -171,7 +170,8 @@ def _prepare(
     with_text = [a for a in latest.values() if a.text.strip()]
     stored = backend.fingerprints([a.id for a in with_text])
     todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
-    sentences, rows = make([a.text for a in todo]) if todo else ([], [])
+    sentences = [split_sentences(a.text) for a in todo]
+    rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length) if todo else []
     counts = {"reused": len(with_text) - len(todo), "empty": len(latest) - len(with_text)}
     return Prepared(len(chunk), todo, sentences, rows, counts)
 
