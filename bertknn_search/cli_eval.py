@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -164,6 +165,38 @@ def eval_run(
     else:
         click.echo(result.report["markdown"].read_text(encoding="utf-8"))
         click.echo(f"{result.facts:,} facts ({result.computed:,} computed now); report in {out}")
+
+
+@eval_group.command("compare")
+@click.argument(
+    "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option("-k", "k", type=click.IntRange(min=1), default=1, show_default=True, help="Which P@k to show.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here.")
+def eval_compare(runs: tuple[Path, ...], k: int, out: Path | None) -> None:
+    """Put several 'eval run' reports in one table: the layer (10/11/12) and no-IR ablations.
+
+    Build one index per layer ('ingest wiki --layer 10 --index idx-l10'), run 'eval run' on each (and once
+    with --no-ir), then compare the report folders.
+
+    Example: bertknn-search eval compare eval-l10 eval-l11 eval-l12 eval-noir --out ablation.md
+    """
+    from bertknn_search.eval.report import compare_runs
+
+    results = {}
+    for run in runs:
+        path = run / "results.json"
+        try:
+            results[run.name] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path} cannot be read ({exc}); is {run} an 'eval run' --out folder?") from exc
+    try:
+        table = compare_runs(results, k)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"the reports cannot be compared: {exc}") from exc
+    if out is not None:
+        out.write_text(table, encoding="utf-8")
+    click.echo(table)
 
 
 def _floats(text: str) -> list[float]:

@@ -174,3 +174,38 @@ def plot_popularity(buckets: Sequence[Bucket], path: Path) -> None:
     if models:
         ax.legend(fontsize=8)
     fig.savefig(path, dpi=120)
+
+
+def compare_runs(results: Mapping[str, Mapping[str, Any]], k: int = 1) -> str:
+    """One Markdown table of P@k across evaluation runs: the layer and no-IR ablations side by side.
+
+    Args:
+        results: run name -> the parsed ``results.json`` of that run.
+        k: which P@k to show.
+
+    Raises:
+        ValueError: a run did not compute P@k.
+    """
+    columns: list[str] = []  # corpora and aggregates, in order of first appearance
+    for payload in results.values():
+        if k not in payload["ks"]:
+            raise ValueError(f"a run has no P@{k} (it computed P@{payload['ks']})")
+        for score in payload["corpora"] + payload["aggregates"]:
+            if score["name"] not in columns:
+                columns.append(score["name"])
+    header = ["Run", "Layer", "IR", *(f"{c} {label(m)}" for c in columns for m in LABELS)]
+    rows = []
+    for name, payload in results.items():
+        meta = payload.get("meta", {})
+        scores = {s["name"]: s for s in payload["corpora"] + payload["aggregates"]}
+        cells = [
+            _pct(scores[c]["precision"].get(m, {}).get(str(k)))
+            if c in scores and scores[c]["precision"]
+            else "–"
+            for c in columns
+            for m in LABELS
+        ]
+        use_ir = meta.get("settings", {}).get("use_ir")
+        rows.append([name, str(meta.get("layer", "?")), {True: "yes", False: "no"}.get(use_ir, "?"), *cells])
+    lines = [f"# BERT-kNN runs compared: mean P@{k} in %", "", *_table(header, rows, 3), ""]
+    return "\n".join(lines)

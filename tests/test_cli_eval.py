@@ -99,3 +99,33 @@ def test_eval_grid_writes_settings_the_query_command_reads(
 def test_eval_needs_a_dataset(built_index: Config) -> None:
     r = CliRunner().invoke(main, ["eval", "run", "--index", str(built_index.index)])
     assert r.exit_code == 2 and "name a dataset" in r.output
+
+
+def test_eval_compare_puts_runs_side_by_side(built_index: Config, facts: list[Fact], tmp_path: Path) -> None:
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions, facts)
+    base = ["eval", "run", "--questions", str(questions), "--index", str(built_index.index), "--no-progress"]
+    for name, extra in (("with-ir", []), ("no-ir", ["--no-ir"])):
+        r = CliRunner().invoke(main, [*base, "--temperature", "1", "--out", str(tmp_path / name), *extra])
+        assert r.exit_code == 0, r.output
+    table = tmp_path / "ablation.md"
+    r = CliRunner().invoke(
+        main, ["eval", "compare", str(tmp_path / "with-ir"), str(tmp_path / "no-ir"), "--out", str(table)]
+    )
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(table.read_text())
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in r.output.splitlines()[4:] if line}
+    assert set(rows) == {"with-ir", "no-ir"}
+    assert rows["with-ir"][1:3] == ["11", "yes"] and rows["no-ir"][1:3] == ["11", "no"]
+    reports = {n: json.loads((tmp_path / n / "results.json").read_text()) for n in ("with-ir", "no-ir")}
+    for name, cells in rows.items():
+        corpus = reports[name]["corpora"][0]
+        expected = [f"{100 * corpus['precision'][m]['1']:.1f}" for m in ("bert", "knn", "bert_knn")]
+        assert [c.strip(" |") for c in cells[3:6]] == expected
+
+
+def test_eval_compare_rejects_a_folder_without_a_report(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["eval", "compare", str(tmp_path)])
+    assert r.exit_code == 1
+    assert r.output.startswith("Error: ") and "results.json cannot be read" in r.output
+    assert len(r.output.strip().splitlines()) == 1
