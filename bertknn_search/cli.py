@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from bertknn_search.config import BACKENDS, DISTANCES, MASK_POLICIES, STORE_DTYPES, Config
-from bertknn_search.errors import BertKnnError, IndexMismatchError
+from bertknn_search.errors import BertKnnError, IndexMismatchError, IndexNotFoundError, InputFormatError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -107,24 +107,48 @@ def make_config(model: str | None = None, insecure: bool = False, **flags: Any) 
     return Config.from_env(model=model, opensearch_verify=verify, **flags)
 
 
-def adopt_index(config: Config, model_given: bool, layer_given: bool) -> Config:
-    """Take model, layer and mask policy from an existing index; given flags must agree with it."""
+def with_settings(config: Config, settings: Path | None, flags: Mapping[str, Any], no_ir: bool) -> Config:
+    """Apply a tuned settings file, then the method flags given on the command line again (flags win)."""
+    if settings is None:
+        return config
+    given = {k: v for k, v in flags.items() if v is not None and k in config.method_settings()}
+    if no_ir:
+        given["use_ir"] = False
+    return config.with_settings_file(settings).replace(**given)
+
+
+# What an index fixes once it is built; later commands take these from it.
+ADOPTED = ("model", "layer", "mask_policy", "store_dtype", "max_length")
+
+
+def adopt_index(config: Config, flags: Mapping[str, Any], must_exist: bool = True) -> Config:
+    """Take the encoding settings from the index ``config`` names; flags that were given must agree.
+
+    Args:
+        config: settings from flags and environment.
+        flags: the command's flags (None where not given).
+        must_exist: False for ``ingest wiki``, which may be creating the index.
+    """
     from bertknn_search.backends import open_backend
 
-    backend = open_backend(config)
     try:
-        meta = backend.meta()
+        backend = open_backend(config)
+    except IndexNotFoundError:
+        if must_exist:
+            raise
+        return config
+    try:
+        meta, where = backend.meta(), backend.location
     finally:
         backend.close()
-    for name, given in (("model", model_given), ("layer", layer_given)):
-        if given and getattr(config, name) != getattr(meta, name):
+    for name in ADOPTED:
+        if flags.get(name) is not None and getattr(config, name) != getattr(meta, name):
+            flag = "--" + name.replace("_", "-")
             raise IndexMismatchError(
-                f"index at {config.index} was built with {name}={getattr(meta, name)!r}, not"
-                f" {getattr(config, name)!r}; drop --{name} or use another --index"
+                f"index at {where} was built with {name}={getattr(meta, name)!r}, not"
+                f" {getattr(config, name)!r}; drop {flag} or use another --index"
             )
-    return config.replace(
-        model=meta.model, layer=meta.layer, mask_policy=meta.mask_policy, store_dtype=meta.store_dtype
-    )
+    return config.replace(**{name: getattr(meta, name) for name in ADOPTED})
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -187,7 +211,7 @@ def ingest_wiki(
     """
     from bertknn_search.ingest.pipeline import ingest as run_ingest
 
-    config = make_config(**flags)
+    config = adopt_index(make_config(**flags), flags, must_exist=False)
     summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=not no_progress)
     _print_summary(summary, as_json, "ingested")
 
@@ -206,7 +230,7 @@ def add(
     from bertknn_search.ingest.pipeline import add_articles
 
     config = make_config(**flags)
-    config = adopt_index(config, flags["model"] is not None, flags["layer"] is not None)
+    config = adopt_index(config, flags)
     summary = add_articles(source, config, limit=limit, fmt=fmt, progress=not no_progress)
     _print_summary(summary, as_json, "added")
 
@@ -265,13 +289,8 @@ def query(
     asked = [Question(q, subject) for q in questions] + list(_read_questions(qfile))
     if not asked:
         raise click.UsageError("give a question, or --file with one question per line")
-    config = make_config(use_ir=False if no_ir else None, **flags)
-    if settings is not None:
-        config = config.with_settings_file(settings)
-        config = config.replace(
-            **{k: v for k, v in flags.items() if v is not None and k in config.method_settings()}
-        )
-    config = adopt_index(config, flags["model"] is not None, flags["layer"] is not None)
+    config = with_settings(make_config(use_ir=False if no_ir else None, **flags), settings, flags, no_ir)
+    config = adopt_index(config, flags)
     searcher = Searcher.open(config)
     try:
         size = config.batch_for(searcher.encoder.placement.device.type)
@@ -287,11 +306,19 @@ def _read_questions(stream: Any) -> Iterator[Any]:
 
     if stream is None:
         return
-    for line in stream:
-        if not line.strip():
-            continue
-        text, _, subject = line.rstrip("\n").partition("\t")
-        yield Question(text.strip(), subject.strip() or None)
+    number = 0
+    try:
+        for line in stream:
+            number += 1
+            if not line.strip():
+                continue
+            text, _, subject = line.rstrip("\n").partition("\t")
+            yield Question(text.strip(), subject.strip() or None)
+    except UnicodeDecodeError as exc:
+        where = f" after line {number}" if number else ""
+        raise InputFormatError(
+            f"{getattr(stream, 'name', 'input')} is not UTF-8{where} ({exc.reason}); save the questions as UTF-8"
+        ) from exc
 
 
 @main.command()

@@ -18,6 +18,7 @@ from bertknn_search.cli import (
     make_config,
     method_options,
     model_options,
+    with_settings,
 )
 from bertknn_search.errors import ConfigError
 
@@ -140,11 +141,8 @@ def eval_run(
         for k in ("lama", "corpora", "lama_uhn", "relations", "popqa", "split", "questions", "per_relation")
     }
     facts = load_facts(**data)
-    config = make_config(use_ir=False if no_ir else None, **flags)
-    if settings is not None:
-        given = {k: v for k, v in flags.items() if v is not None and k in config.method_settings()}
-        config = config.with_settings_file(settings).replace(**given)
-    config = adopt_index(config, flags["model"] is not None, flags["layer"] is not None)
+    config = with_settings(make_config(use_ir=False if no_ir else None, **flags), settings, flags, no_ir)
+    config = adopt_index(config, flags)
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:
@@ -183,11 +181,14 @@ def eval_compare(runs: tuple[Path, ...], k: int, out: Path | None) -> None:
     """
     from bertknn_search.eval.report import compare_runs
 
+    names = [run.name for run in runs]
+    if len(set(names)) < len(names):  # a/run and b/run: the folder names alone would merge rows
+        names = [str(run) for run in runs]
     results = {}
-    for run in runs:
+    for name, run in zip(names, runs):
         path = run / "results.json"
         try:
-            results[run.name] = json.loads(path.read_text(encoding="utf-8"))
+            results[name] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path} cannot be read ({exc}); is {run} an 'eval run' --out folder?") from exc
     try:
@@ -195,7 +196,11 @@ def eval_compare(runs: tuple[Path, ...], k: int, out: Path | None) -> None:
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"the reports cannot be compared: {exc}") from exc
     if out is not None:
-        out.write_text(table, encoding="utf-8")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(table, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {out}: {exc}") from exc
     click.echo(table)
 
 
@@ -257,7 +262,7 @@ def eval_grid(
         "k": [int(v) for v in _floats(grid_k)],
         "temperature": _floats(grid_temperature),
     }
-    config = adopt_index(make_config(**flags), flags["model"] is not None, flags["layer"] is not None)
+    config = adopt_index(make_config(**flags), flags)
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:

@@ -125,10 +125,32 @@ class Config:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"settings file {path} must hold a JSON object of {sorted(TUNABLE)}")
         unknown = set(data) - set(TUNABLE)
         if unknown:
-            raise ConfigError(f"settings file {path} has unknown keys {sorted(unknown)}; allowed: {TUNABLE}")
+            raise ConfigError(
+                f"settings file {path} has unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}"
+            )
+        for name, value in data.items():
+            kind = TUNABLE[name]
+            # bool is an int in Python, and 6 is a fine float, but "12" or 2.5 are not a k.
+            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+            if kind is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok:
+                raise ConfigError(
+                    f"settings file {path}: {name} must be a JSON {kind.__name__}, got {json.dumps(value)}"
+                )
         return self.replace(**data)
 
 
-TUNABLE = ("n_articles", "k", "temperature", "lam", "distance", "use_ir")
+# The settings a tuned file (from ``eval grid``) may set, with their JSON types.
+TUNABLE: dict[str, type] = {
+    "n_articles": int,
+    "k": int,
+    "temperature": float,
+    "lam": float,
+    "distance": str,
+    "use_ir": bool,
+}

@@ -65,6 +65,7 @@ class IndexMeta:
     vocab_size: int
     mask_policy: str
     store_dtype: str = "float16"
+    max_length: int = 512  # the model input limit the contexts were windowed to
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,15 @@ BIGRAM_JOIN = "_"
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercased runs of Unicode letters/digits after NFD normalisation (DrQA's simple tokenizer)."""
-    return _TOKEN.findall(unicodedata.normalize("NFD", text).lower())
+    """Lowercased runs of Unicode letters/digits, accents folded ("Zürich" -> "zurich").
+
+    NFD splits an accented letter into the letter and a combining mark; the marks are dropped so that a
+    word stays one term (DrQA keeps them inside the token with ``\\p{M}``; folding also lets "Zurich"
+    find "Zürich", which is what a search user expects).
+    """
+    decomposed = unicodedata.normalize("NFD", text)
+    folded = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return _TOKEN.findall(folded.lower())
 
 
 def bigrams(tokens: list[str]) -> list[str]:

@@ -45,7 +45,13 @@ class IngestSummary:
 
 def index_meta(config: Config, encoder: Encoder) -> IndexMeta:
     return IndexMeta(
-        config.model, config.layer, encoder.dim, encoder.vocab_size, config.mask_policy, config.store_dtype
+        config.model,
+        config.layer,
+        encoder.dim,
+        encoder.vocab_size,
+        config.mask_policy,
+        config.store_dtype,
+        encoder.max_length,
     )
 
 
@@ -79,6 +85,8 @@ def ingest(
     if existing_only:
         backend = open_backend(config)
     encoder = Encoder(config.model, config.layer, config.device, config.max_length)
+    # The limit actually used (capped at the model's): fingerprints and the index meta record this one.
+    config = config.replace(max_length=encoder.max_length)
     meta = index_meta(config, encoder)
     if existing_only:
         check_meta(backend.meta(), meta, backend.location)

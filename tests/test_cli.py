@@ -145,3 +145,75 @@ def test_every_command_has_help_with_an_example() -> None:
     for path in (["ingest", "wiki"], ["add"], ["query"], ["stats"], ["demo"]):
         r = run(*path, "--help")
         assert r.exit_code == 0 and "Example: bertknn-search" in r.output, path
+
+
+def test_ingest_again_takes_the_encoding_settings_from_the_index(
+    base_config: Config, corpus: Path, tmp_path: Path
+) -> None:
+    index = tmp_path / "idx"
+    first = run(
+        *("ingest", "wiki", corpus, "--model", base_config.model, "--max-length", "64"),
+        *(
+            "--mask-policy",
+            "single-wordpiece-no-stopwords",
+            "--device",
+            "cpu",
+            "--index",
+            index,
+            "--no-progress",
+        ),
+    )
+    assert first.exit_code == 0, first.output
+    # No --model, --mask-policy or --max-length: all come from the index, so nothing is encoded again.
+    again = run("ingest", "wiki", corpus, "--index", index, "--device", "cpu", "--no-progress", "--json")
+    assert again.exit_code == 0, again.output
+    assert (json.loads(again.output)["articles"], json.loads(again.output)["reused"]) == (0, 20)
+    added = run("add", corpus, "--index", index, "--device", "cpu", "--no-progress", "--json")
+    assert (json.loads(added.output)["articles"], json.loads(added.output)["reused"]) == (0, 20)
+    for flag, value in (
+        ("--store-dtype", "int8"),
+        ("--max-length", "32"),
+        ("--mask-policy", "single-wordpiece"),
+    ):
+        line = one_line_error(run("ingest", "wiki", corpus, "--index", index, flag, value, "--no-progress"))
+        name = flag[2:].replace("-", "_")
+        assert line.startswith(f"Error: index at {index} was built with {name}=") and f"drop {flag}" in line
+
+
+@pytest.mark.reliability
+def test_query_file_that_is_not_utf8_is_one_line(built_index: Config, tmp_path: Path) -> None:
+    bad = tmp_path / "q.txt"
+    bad.write_bytes(b"Zorblat was born in [MASK].\t\xe9t\xe9\n")
+    line = one_line_error(run("query", "--file", bad, "--index", built_index.index))
+    assert line.startswith(f"Error: {bad} is not UTF-8 (invalid continuation byte)")
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"k": "12"}, 'k must be a JSON int, got "12"'),
+        ({"n_articles": 2.5}, "n_articles must be a JSON int, got 2.5"),
+        ({"use_ir": 1}, "use_ir must be a JSON bool, got 1"),
+        ([1, 2], "must hold a JSON object"),
+    ],
+)
+def test_settings_file_of_the_wrong_types_is_one_line(
+    built_index: Config, tmp_path: Path, settings: object, message: str
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(settings))
+    line = one_line_error(
+        run("query", "Zorblat was born in [MASK].", "--settings", path, "--index", built_index.index)
+    )
+    assert message in line
+
+
+def test_flags_win_over_the_settings_file(built_index: Config, tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"use_ir": True, "k": 5}))
+    common = ["Zorblat was born in [MASK].", "--settings", path, "--index", built_index.index, "--json"]
+    tuned = json.loads(run("query", *common).output)
+    assert tuned["n_neighbors"] == 5 and tuned["articles"]
+    flagged = json.loads(run("query", *common, "--no-ir", "-k", "7").output)
+    assert flagged["n_neighbors"] == 7 and flagged["articles"] == []

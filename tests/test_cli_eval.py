@@ -123,9 +123,30 @@ def test_eval_compare_puts_runs_side_by_side(built_index: Config, facts: list[Fa
         expected = [f"{100 * corpus['precision'][m]['1']:.1f}" for m in ("bert", "knn", "bert_knn")]
         assert [c.strip(" |") for c in cells[3:6]] == expected
 
+    # Two folders of the same name stay two rows, named by their paths.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "with-ir").rename(tmp_path / "a" / "no-ir")
+    r = CliRunner().invoke(main, ["eval", "compare", str(tmp_path / "a" / "no-ir"), str(tmp_path / "no-ir")])
+    assert r.exit_code == 0, r.output
+    assert len([line for line in r.output.splitlines()[4:] if line]) == 2
+    assert str(tmp_path / "a" / "no-ir") in r.output
+
 
 def test_eval_compare_rejects_a_folder_without_a_report(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["eval", "compare", str(tmp_path)])
     assert r.exit_code == 1
     assert r.output.startswith("Error: ") and "results.json cannot be read" in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_eval_compare_writes_into_a_new_folder(
+    built_index: Config, facts: list[Fact], tmp_path: Path
+) -> None:
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions, facts[:2])
+    run = ["eval", "run", "--questions", str(questions), "--index", str(built_index.index), "--no-progress"]
+    assert CliRunner().invoke(main, [*run, "--out", str(tmp_path / "r")]).exit_code == 0
+    out = tmp_path / "new" / "folder" / "table.md"
+    r = CliRunner().invoke(main, ["eval", "compare", str(tmp_path / "r"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_text().startswith("# BERT-kNN runs compared")

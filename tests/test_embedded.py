@@ -64,6 +64,16 @@ def test_open_checks_presence_and_readability(tmp_path: Path, backend: EmbeddedB
     assert EmbeddedBackend.open(tmp_path / "idx").meta() == META
 
 
+def test_an_index_of_another_schema_version_asks_for_a_rebuild(
+    tmp_path: Path, backend: EmbeddedBackend
+) -> None:
+    backend.close()
+    with sqlite3.connect(tmp_path / "idx" / "index.sqlite") as conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with pytest.raises(IndexCorruptError, match="schema version '1', this version of bertknn-search reads 2"):
+        EmbeddedBackend.open(tmp_path / "idx")
+
+
 def test_create_on_existing_index_checks_meta(tmp_path: Path, backend: EmbeddedBackend) -> None:
     other = IndexMeta(model="other", layer=11, dim=DIM, vocab_size=50, mask_policy="single-wordpiece")
     with pytest.raises(IndexMismatchError, match="model='m', not 'other'"):

@@ -24,13 +24,14 @@ from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArt
 
 META = IndexMeta("bert-base-uncased", 11, 8, 30522, "single-wordpiece")
 META_DOC = {
-    "schema_version": 1,
+    "schema_version": 2,
     "model": "bert-base-uncased",
     "layer": 11,
     "dim": 8,
     "vocab_size": 30522,
     "mask_policy": "single-wordpiece",
     "store_dtype": "float16",
+    "max_length": 512,
 }
 NAMES = {"articles": "bk-articles", "contexts": "bk-contexts"}
 
@@ -138,7 +139,7 @@ def test_meta_from_mappings_round_trip() -> None:
         ),
         (
             [{**META_DOC, "schema_version": 9}] * 2,
-            "indices at here have schema version 9, this version of bertknn-search reads 1;"
+            "indices at here have schema version 9, this version of bertknn-search reads 2;"
             " ingest again under another --opensearch-prefix",
         ),
     ],

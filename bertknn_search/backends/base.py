@@ -73,7 +73,7 @@ class Backend(Protocol):
 
 def check_meta(found: IndexMeta, wanted: IndexMeta, where: str) -> None:
     """Raise IndexMismatchError when an index was built with other encoding settings."""
-    for name in ("model", "layer", "dim", "mask_policy"):
+    for name in ("model", "layer", "dim", "mask_policy", "store_dtype", "max_length"):
         if getattr(found, name) != getattr(wanted, name):
             raise IndexMismatchError(
                 f"index at {where} was built with {name}={getattr(found, name)!r}, not"

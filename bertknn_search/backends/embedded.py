@@ -26,7 +26,7 @@ from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import BIGRAM_JOIN, bigrams, document_text, query_terms, tokenize
 
 DB_NAME = "index.sqlite"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: accent-folded IR terms, max_length in the meta
 UNIGRAMS, BIGRAMS = 0, 1
 
 SCHEMA = """
@@ -119,13 +119,19 @@ class EmbeddedBackend:
         try:
             conn = _connect(db)
             rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            if rows.get("schema_version") != SCHEMA_VERSION:
+                raise IndexCorruptError(
+                    f"index at {path} has schema version {rows.get('schema_version')!r}, this version of"
+                    f" bertknn-search reads {SCHEMA_VERSION}; ingest again into a new --index"
+                )
             meta = IndexMeta(
                 model=rows["model"],
                 layer=int(rows["layer"]),
                 dim=int(rows["dim"]),
                 vocab_size=int(rows["vocab_size"]),
                 mask_policy=rows["mask_policy"],
-                store_dtype=rows.get("store_dtype", "float16"),
+                store_dtype=rows["store_dtype"],
+                max_length=int(rows["max_length"]),
             )
         except (sqlite3.Error, KeyError, ValueError) as exc:
             raise IndexCorruptError(

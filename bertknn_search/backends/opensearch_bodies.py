@@ -15,7 +15,7 @@ from bertknn_search.errors import IndexCorruptError
 from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, Neighbors
 from bertknn_search.terms import document_text, query_terms, tokenize
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: accent-folded IR terms, max_length in the meta
 KINDS = ("articles", "contexts")
 # Both backends break distance ties by (article id, sentence, start); sorting on the server as well keeps
 # the k-th place deterministic when several contexts tie at the cut.
@@ -88,7 +88,8 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
             dim=int(raw["dim"]),
             vocab_size=int(raw["vocab_size"]),
             mask_policy=str(raw["mask_policy"]),
-            store_dtype=str(raw.get("store_dtype", "float16")),
+            store_dtype=str(raw["store_dtype"]),
+            max_length=int(raw["max_length"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise IndexCorruptError(
