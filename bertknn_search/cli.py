@@ -317,7 +317,8 @@ def _read_questions(stream: Any) -> Iterator[Any]:
     except UnicodeDecodeError as exc:
         where = f" after line {number}" if number else ""
         raise InputFormatError(
-            f"{getattr(stream, 'name', 'input')} is not UTF-8{where} ({exc.reason}); save the questions as UTF-8"
+            f"{getattr(stream, 'name', 'input')} is not UTF-8{where} ({exc.reason});"
+            " save the questions as UTF-8"
         ) from exc
 
 

@@ -353,10 +353,26 @@ def test_settings_to_restore() -> None:
         "a": {"settings": {"index": {"number_of_replicas": "1", "refresh_interval": "5s"}}},
         "c": {"settings": {"index": {"number_of_replicas": "0", "refresh_interval": "-1"}}},
     }
-    assert bodies.settings_to_restore(response, ["a", "c"]) == {
+    saved = {"refresh_interval": "30s", "number_of_replicas": "2"}
+    mappings = {"c": {"mappings": {"_meta": {**META_DOC, bodies.RESTORE_KEY: saved}}}}
+    # A saved record (an add died in bulk mode) wins over the bulk values it finds.
+    assert bodies.settings_to_restore(response, mappings, ["a", "c"]) == {
         "a": {"refresh_interval": "5s", "number_of_replicas": "1"},
-        "c": {"refresh_interval": None, "number_of_replicas": "0"},
+        "c": saved,
     }
+    assert bodies.settings_to_restore(response, {}, ["c"]) == {
+        "c": {"refresh_interval": None, "number_of_replicas": "0"}
+    }
+
+
+def test_restore_record_is_not_part_of_the_index_metadata() -> None:
+    with_record = {**META_DOC, bodies.RESTORE_KEY: {"number_of_replicas": "1"}}
+    assert bodies.meta_with_restore(with_record, None) == META_DOC
+    response = {
+        NAMES["articles"]: {"mappings": {"_meta": with_record}},
+        NAMES["contexts"]: {"mappings": {"_meta": META_DOC}},
+    }
+    assert bodies.meta_from_mappings(response, NAMES, "here") == META
 
 
 def test_bulk_error_message_is_one_line() -> None:

@@ -234,6 +234,25 @@ def test_bulk_settings_are_applied_then_restored(backend: OpenSearchBackend, con
 
 
 @pytest.mark.reliability
+def test_settings_survive_an_add_that_died_in_bulk_mode(config: Config) -> None:
+    first = OpenSearchBackend.create(config, META)
+    raw(config).indices.put_settings(index="bk-articles", body={"index": {"number_of_replicas": 2}})
+    first.add_articles(ARTICLES[:1])
+    first.client.close()  # the process dies: close() never restores
+    stuck = raw(config).indices.get_settings(index="bk-articles")["bk-articles"]["settings"]["index"]
+    assert (stuck["refresh_interval"], stuck["number_of_replicas"]) == ("-1", "0")
+
+    second = OpenSearchBackend.open(config)
+    second.add_articles(ARTICLES[1:2])
+    second.close()
+    after = raw(config).indices.get_settings(index="bk-articles")["bk-articles"]["settings"]["index"]
+    assert after["number_of_replicas"] == "2" and after.get("refresh_interval") != "-1"
+    meta = raw(config).indices.get_mapping(index="bk-articles")["bk-articles"]["mappings"]["_meta"]
+    assert bodies.RESTORE_KEY not in meta
+    assert OpenSearchBackend.open(config).meta() == META
+
+
+@pytest.mark.reliability
 def test_bulk_cut_half_way_is_resent_without_duplicates(
     backend: OpenSearchBackend, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,7 +340,9 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: OpenSearchBa
     }
     query = np.arange(8, dtype=np.float32)
     got = mocked.knn(query, 2, ["3", "1", "404", "1"])
-    mocked.client.mget.assert_called_once_with(
+    # Read before the search and again after it, to see that no article changed meanwhile.
+    assert mocked.client.mget.call_count == 2
+    mocked.client.mget.assert_called_with(
         index="bk-articles", body={"ids": ["1", "3", "404"]}, _source_includes=["fingerprint"], realtime=False
     )
     mocked.client.search.assert_called_once_with(
@@ -330,6 +351,27 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: OpenSearchBa
     assert got.article_ids == ["3", "1"]
     np.testing.assert_allclose(got.distances, [0.5, 2.0], rtol=1e-6)
     assert got.token_ids.tolist() == [7, 8]
+
+
+@pytest.mark.reliability
+def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: OpenSearchBackend) -> None:
+    # Read "1:a1", search (an add deletes 1:a1 meanwhile: nothing found), read "1:b1", search again.
+    mocked.client.mget.side_effect = [
+        mget_response({"1": "a1"}),
+        mget_response({"1": "b1"}),
+        mget_response({"1": "b1"}),
+    ]
+    mocked.client.search.side_effect = [
+        {"hits": {"hits": []}},
+        {"hits": {"hits": [knn_hit("1", 0.5, 0, 0, 7, "1:b1")]}},
+    ]
+    got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
+    bodies_sent = [c.kwargs["body"] for c in mocked.client.search.call_args_list]
+    assert [b["query"]["script_score"]["query"]["bool"]["filter"] for b in bodies_sent] == [
+        [{"terms": {"generation": ["1:a1"]}}],
+        [{"terms": {"generation": ["1:b1"]}}],
+    ]
+    assert got.token_ids.tolist() == [7]
 
 
 def test_knn_with_no_known_article_asks_nothing(mocked: OpenSearchBackend) -> None:

@@ -35,6 +35,7 @@ from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexS
 T = TypeVar("T")
 BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
 MGET_CHUNK = 1000
+GENERATION_RETRIES = 3  # searches of one kNN query while the articles it searches are being replaced
 # While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete) and
 # no replica copies; both are put back by close().
 BULK_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
@@ -197,12 +198,21 @@ class OpenSearchBackend:
             return
         indices = ",".join(self.names.values())
         current = self._call("read index settings", lambda: self.client.indices.get_settings(index=indices))
-        restore = bodies.settings_to_restore(current, list(self.names.values()))
+        mappings = self._call("read index metadata", lambda: self.client.indices.get_mapping(index=indices))
+        restore = bodies.settings_to_restore(current, mappings, list(self.names.values()))
+        # Record the values to restore in the cluster first: if this process dies, the next add finds them.
+        for name, values in restore.items():
+            self._put_meta(name, mappings, values)
         self._call(
             "apply bulk-load settings",
             lambda: self.client.indices.put_settings(index=indices, body={"index": BULK_SETTINGS}),
         )
         self._restore = restore
+
+    def _put_meta(self, name: str, mappings: dict[str, Any], restore: dict[str, Any] | None) -> None:
+        meta = mappings.get(name, {}).get("mappings", {}).get("_meta", {})
+        body = {"_meta": bodies.meta_with_restore(meta, restore)}
+        self._call("record index settings", lambda: self.client.indices.put_mapping(index=name, body=body))
 
     # -- reading ----------------------------------------------------------------------------------
     def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
@@ -239,19 +249,27 @@ class OpenSearchBackend:
         """
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if article_ids is None:
-            body, current = bodies.knn_approx_body(query, k), None
-        else:
-            current = set(self._generations(sorted(set(article_ids))).values())
-            if not current:
+            response = self._search_contexts(bodies.knn_approx_body(query, k))
+            found = sorted({h["_source"]["article_id"] for h in response["hits"]["hits"]})
+            return bodies.parse_neighbors(response, k, set(self._generations(found).values()))
+        ids = sorted(set(article_ids))
+        generations = self._generations(ids)
+        for _ in range(GENERATION_RETRIES):
+            if not generations:
                 return Neighbors.empty()
-            body = bodies.knn_exact_body(query, k, sorted(current))
-        response = self._call(
+            response = self._search_contexts(bodies.knn_exact_body(query, k, sorted(generations.values())))
+            # An add replaces an article doc first and deletes the old contexts after: if no article
+            # changed while we searched, the generations we filtered on were all there, whole.
+            after = self._generations(ids)
+            if after == generations:
+                break
+            generations = after
+        return bodies.parse_neighbors(response, k, set(generations.values()))
+
+    def _search_contexts(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(
             "search contexts", lambda: self.client.search(index=self.names["contexts"], body=body)
         )
-        if current is None:
-            found = sorted({h["_source"]["article_id"] for h in response["hits"]["hits"]})
-            current = set(self._generations(found).values())
-        return bodies.parse_neighbors(response, k, current)
 
     def _generations(self, article_ids: Sequence[str]) -> dict[str, str]:
         # realtime=False reads the refreshed view, the same one the context search sees.
@@ -306,13 +324,20 @@ class OpenSearchBackend:
     def close(self) -> None:
         """Put back the settings bulk loading changed, then close the connections."""
         try:
-            for name, settings in (self._restore or {}).items():
-                self._call(
-                    "restore index settings",
-                    lambda name=name, settings=settings: self.client.indices.put_settings(
-                        index=name, body={"index": settings}
-                    ),
+            if self._restore is not None:
+                for name, settings in self._restore.items():
+                    self._call(
+                        "restore index settings",
+                        lambda name=name, settings=settings: self.client.indices.put_settings(
+                            index=name, body={"index": settings}
+                        ),
+                    )
+                indices = ",".join(self._restore)
+                mappings = self._call(
+                    "read index metadata", lambda: self.client.indices.get_mapping(index=indices)
                 )
+                for name in self._restore:
+                    self._put_meta(name, mappings, None)
             self._restore = None
         finally:
             self.client.close()

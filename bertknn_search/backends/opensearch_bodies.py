@@ -65,6 +65,8 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
             between the two indices.
     """
     found = [response.get(names[kind], {}).get("mappings", {}).get("_meta") for kind in KINDS]
+    if all(isinstance(m, dict) for m in found):
+        found = [meta_with_restore(m, None) for m in found]  # each index keeps its own restore record
     if not all(isinstance(m, dict) for m in found):
         raise IndexCorruptError(
             f"indices at {where} have no bertknn-search metadata (_meta); they were not made by"
@@ -250,18 +252,41 @@ def stats_body() -> dict[str, Any]:
     }
 
 
-def settings_to_restore(response: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
-    """From a get-settings response, the values to put back after bulk loading (None: the default)."""
+# The key of ``_meta`` that holds an index's own settings while a bulk load has changed them. It is
+# written before the change and removed after the restore, so an add that dies in between leaves the
+# original values behind for the next one, instead of the bulk values (no refresh, no replicas).
+RESTORE_KEY = "bulk_restore"
+
+
+def settings_to_restore(
+    settings: dict[str, Any], mappings: dict[str, Any], names: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The values to put back after bulk loading (None: the default), per index.
+
+    Args:
+        settings: a get-settings response for ``names``.
+        mappings: a get-mapping response for ``names``; a saved ``_meta.bulk_restore`` wins.
+    """
     restore = {}
     for name in names:
-        settings = response.get(name, {}).get("settings", {}).get("index", {})
-        refresh = settings.get("refresh_interval")
-        # "-1" here means an earlier add died before restoring: put the default back, not "-1".
+        saved = mappings.get(name, {}).get("mappings", {}).get("_meta", {}).get(RESTORE_KEY)
+        if isinstance(saved, dict):
+            restore[name] = saved
+            continue
+        current = settings.get(name, {}).get("settings", {}).get("index", {})
+        refresh = current.get("refresh_interval")
+        # "-1" without a saved record: an add of an older version died; the default is the best guess.
         restore[name] = {
             "refresh_interval": None if refresh == "-1" else refresh,
-            "number_of_replicas": settings.get("number_of_replicas"),
+            "number_of_replicas": current.get("number_of_replicas"),
         }
     return restore
+
+
+def meta_with_restore(meta: dict[str, Any], restore: dict[str, Any] | None) -> dict[str, Any]:
+    """``meta`` with the bulk-load restore record set (or removed, for None)."""
+    out = {k: v for k, v in meta.items() if k != RESTORE_KEY}
+    return out if restore is None else {**out, RESTORE_KEY: restore}
 
 
 def parse_articles(response: dict[str, Any]) -> list[ArticleHit]:
