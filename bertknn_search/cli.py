@@ -141,6 +141,12 @@ def adopt_index(config: Config, flags: Mapping[str, Any], must_exist: bool = Tru
         meta, where = backend.meta(), backend.location
     finally:
         backend.close()
+    if flags.get("max_length") is not None and config.max_length > meta.max_length:
+        from bertknn_search.encoder import Encoder
+
+        # The index records the limit in effect, capped at the model's: a larger request means the same.
+        capped = Encoder(meta.model, meta.layer, "cpu", config.max_length).max_length
+        config = config.replace(max_length=capped)
     for name in ADOPTED:
         if flags.get(name) is not None and getattr(config, name) != getattr(meta, name):
             flag = "--" + name.replace("_", "-")
@@ -306,19 +312,16 @@ def _read_questions(stream: Any) -> Iterator[Any]:
 
     if stream is None:
         return
-    number = 0
     try:
         for line in stream:
-            number += 1
             if not line.strip():
                 continue
             text, _, subject = line.rstrip("\n").partition("\t")
             yield Question(text.strip(), subject.strip() or None)
     except UnicodeDecodeError as exc:
-        where = f" after line {number}" if number else ""
+        # No line number: text is decoded in blocks, so the count would point before the bad line.
         raise InputFormatError(
-            f"{getattr(stream, 'name', 'input')} is not UTF-8{where} ({exc.reason});"
-            " save the questions as UTF-8"
+            f"{getattr(stream, 'name', 'input')} is not UTF-8 ({exc.reason}); save the questions as UTF-8"
         ) from exc
 
 

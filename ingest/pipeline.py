@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,7 +16,7 @@ from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
-from bertknn_search.errors import InputFormatError
+from bertknn_search.errors import BertKnnError, InputFormatError
 from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, fingerprint, make_rows
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
@@ -128,9 +129,14 @@ def ingest(
                 )
             while pending:
                 pending.popleft().result()
-    finally:
+    except BaseException:
         bar.close()
-        backend.close()
+        # The error that stopped the ingest is the one to report, not a second one from closing.
+        with contextlib.suppress(BertKnnError):
+            backend.close()
+        raise
+    bar.close()
+    backend.close()
     return IngestSummary(**counts, seconds=time.perf_counter() - started, location=backend.location)
 
 

@@ -177,17 +177,36 @@ def test_added_article_answers_the_same_on_both_backends(
     index_copy: Config, opensearch_config: Config, corpus: Path, tmp_path: Path
 ) -> None:
     ingest(corpus, opensearch_config, progress=False)
-    new = tmp_path / "new.jsonl"
-    text = "Zyxa Qorv was born in Tallinn. Zyxa Qorv worked as a baker in Tallinn."
-    new.write_text(json.dumps({"id": "new-1", "title": "Zyxa Qorv", "text": text}) + "\n")
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    text = "Zyxa Qorv was born in {town}. Zyxa Qorv worked as a baker in {town}."
+    for path, town in ((first, "Tallinn"), (second, "Quenton")):
+        path.write_text(
+            json.dumps({"id": "new-1", "title": "Zyxa Qorv", "text": text.format(town=town)}) + "\n"
+        )
     for config in (index_copy, opensearch_config):
-        add_articles(new, config, progress=False)
-        add_articles(new, config, progress=False)  # re-adding replaces, on both
+        assert add_articles(first, config, progress=False).articles == 1
+        assert add_articles(second, config, progress=False).articles == 1  # a new text replaces the old
     q = [Question("Zyxa Qorv was born in [MASK].", "Zyxa Qorv")]
     embedded, opensearch = Searcher.open(index_copy), Searcher.open(opensearch_config)
     try:
-        assert embedded.backend.stats().contexts == opensearch.backend.stats().contexts
-        assert_same(embedded.score_batch(q)[0], opensearch.score_batch(q)[0], q[0].text)
+        e_stats, o_stats = embedded.backend.stats(), opensearch.backend.stats()
+        assert (e_stats.articles, e_stats.contexts) == (o_stats.articles, o_stats.contexts)
+        # Counted on the server, not from the article docs: no context of the replaced text is left.
+        backend = opensearch.backend
+        assert isinstance(backend, OpenSearchBackend)
+        response = backend.client.search(
+            index=backend.names["contexts"],
+            body={"size": 1000, "query": {"term": {"article_id": "new-1"}}, "_source": ["generation"]},
+        )
+        generations = {h["_source"]["generation"] for h in response["hits"]["hits"]}
+        assert (
+            len(generations) == 1
+            and len(response["hits"]["hits"])
+            == embedded.backend.knn(embedded.encode(q)[0][0], 1000, ["new-1"]).distances.shape[0]
+        )
+        a, b = embedded.score_batch(q)[0], opensearch.score_batch(q)[0]
+        assert_same(a, b, q[0].text)
+        assert embedded.encoder.vocab[int(np.argmax(a.p_knn))] == "quenton"
     finally:
         embedded.close()
         opensearch.close()

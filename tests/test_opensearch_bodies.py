@@ -205,6 +205,7 @@ def test_article_action_carries_pre_tokenised_terms() -> None:
             "id": "42",
             "title": "Café Noir",
             "fingerprint": "fp1",
+            "settled": False,
             "n_sentences": 2,
             "n_contexts": 2,
             "sentences": ["Café Noir is a jazz club.", "It opened in 1931."],
@@ -354,14 +355,16 @@ def test_settings_to_restore() -> None:
         "c": {"settings": {"index": {"number_of_replicas": "0", "refresh_interval": "-1"}}},
     }
     saved = {"refresh_interval": "30s", "number_of_replicas": "2"}
-    mappings = {"c": {"mappings": {"_meta": {**META_DOC, bodies.RESTORE_KEY: saved}}}}
+    mappings = {"c": {"mappings": {"_meta": bodies.meta_with_restore(META_DOC, saved, "writer-1")}}}
+    assert bodies.restore_owner(mappings["c"]["mappings"]["_meta"]) == "writer-1"
     # A saved record (an add died in bulk mode) wins over the bulk values it finds.
     assert bodies.settings_to_restore(response, mappings, ["a", "c"]) == {
         "a": {"refresh_interval": "5s", "number_of_replicas": "1"},
         "c": saved,
     }
+    # Bulk values and no record: back to the defaults, never "0" replicas for good.
     assert bodies.settings_to_restore(response, {}, ["c"]) == {
-        "c": {"refresh_interval": None, "number_of_replicas": "0"}
+        "c": {"refresh_interval": None, "number_of_replicas": None}
     }
 
 

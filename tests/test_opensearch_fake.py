@@ -297,6 +297,54 @@ def test_add_that_gave_up_can_be_run_again(
     assert len(context_ids(config)) == len(set(context_ids(config))) == 9
 
 
+@pytest.mark.reliability
+def test_leftovers_of_a_failed_cleanup_are_removed_by_running_again(
+    backend: OpenSearchBackend, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend.add_articles(ARTICLES[:1])
+    real_delete = backend.client.delete_by_query
+    monkeypatch.setattr(backend.client, "delete_by_query", lambda **kw: {"failures": [{"cause": "busy"}]})
+    replaced = article("1", "Zorbland", "Zorbland is a republic.", 2, "b1", seed=9)
+    with pytest.raises(BackendError, match="could not delete the replaced contexts"):
+        backend.add_articles([replaced])
+    assert context_ids(config) == ["1:a1:0", "1:a1:1", "1:a1:2", "1:b1:0", "1:b1:1"]
+    # The new version is visible but not settled, so a resumed ingest does it again instead of skipping.
+    assert backend.fingerprints(["1"]) == {}
+    monkeypatch.setattr(backend.client, "delete_by_query", real_delete)
+    backend.add_articles([replaced])
+    assert context_ids(config) == ["1:b1:0", "1:b1:1"]
+    assert backend.fingerprints(["1"]) == {"1": "b1"}
+
+
+@pytest.mark.reliability
+def test_overlapping_adds_leave_the_restore_record_to_the_last_one(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def settings() -> tuple[str, str]:
+        s = raw(config).indices.get_settings(index="bk-articles")["bk-articles"]["settings"]["index"]
+        return s.get("refresh_interval"), s["number_of_replicas"]
+
+    a = OpenSearchBackend.create(config, META)
+    raw(config).indices.put_settings(index="bk-articles", body={"index": {"number_of_replicas": 2}})
+    a.add_articles(ARTICLES[:1])  # a enters bulk mode and records replicas 2
+    b = OpenSearchBackend.open(config)
+    real_get_mapping = a.client.indices.get_mapping
+
+    def b_enters_meanwhile(**kwargs: Any) -> Any:
+        # a has put its settings back and is about to drop the record: b starts bulk loading now.
+        b.add_articles(ARTICLES[1:2])
+        return real_get_mapping(**kwargs)
+
+    monkeypatch.setattr(a.client.indices, "get_mapping", b_enters_meanwhile)
+    a.close()  # the record is b's now: a leaves it
+    assert settings() == ("-1", "0")
+    b.client.close()  # b dies in bulk mode
+    later = OpenSearchBackend.open(config)
+    later.add_articles(ARTICLES[2:3])
+    later.close()
+    assert settings()[1] == "2" and settings()[0] != "-1"
+
+
 # -- mocked client: kNN and faults ----------------------------------------------------------------
 SECRET = "s3cret-pw"
 
@@ -372,6 +420,16 @@ def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: OpenS
         [{"terms": {"generation": ["1:b1"]}}],
     ]
     assert got.token_ids.tolist() == [7]
+
+
+def test_knn_replaced_on_every_try_keeps_what_it_searched(mocked: OpenSearchBackend) -> None:
+    mocked.client.mget.side_effect = [mget_response({"1": f"g{i}"}) for i in range(7)]
+    mocked.client.search.side_effect = [
+        {"hits": {"hits": [knn_hit("1", 0.5, 0, 0, 7, f"1:g{i}")]}} for i in range(3)
+    ]
+    got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
+    assert mocked.client.search.call_count == 3
+    assert got.token_ids.tolist() == [7]  # the hits of the last search, under the generation it asked for
 
 
 def test_knn_with_no_known_article_asks_nothing(mocked: OpenSearchBackend) -> None:
@@ -454,10 +512,11 @@ def test_bulk_500_then_success_is_retried(mocked: OpenSearchBackend) -> None:
     mocked.client.bulk.side_effect = bulk
     mocked.add_articles([ARTICLES[0]])
     sent = [call.kwargs["body"] for call in mocked.client.bulk.call_args_list]
-    assert len(sent) == 3  # contexts (500), contexts again, the article
+    assert len(sent) == 4  # contexts (500), contexts again, the article, the article settled
     assert sent[0] == sent[1]
     assert '"_id":"1:a1:0"' in sent[1]
     assert sent[2].startswith('{"index":{"_id":"1","_index":"bk-articles"}}\n{"id":"1",')
+    assert sent[3] == '{"update":{"_id":"1","_index":"bk-articles"}}\n{"doc":{"settled":true}}\n'
     mocked.client.delete_by_query.assert_called_once_with(
         index="bk-contexts",
         body=bodies.stale_contexts_query([ARTICLES[0]]),

@@ -9,6 +9,7 @@ mixes old and new contexts. Request bodies live in ``opensearch_bodies``, connec
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -54,6 +55,7 @@ class OpenSearchBackend:
         self.names = bodies.index_names(self.prefix)
         self._meta = meta
         self._restore: dict[str, dict[str, Any]] | None = None  # settings to put back after bulk loading
+        self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -164,6 +166,8 @@ class OpenSearchBackend:
                     " run the add again to remove the leftovers"
                 )
             )
+        # Settled: a resumed ingest may skip these articles now (it redoes unsettled ones).
+        self._bulk("mark articles settled", lambda: (bodies.settle_action(i, articles) for i in latest))
 
     def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]]) -> None:
         """Send ``actions()`` with streaming_bulk, re-sending the whole batch after a network error.
@@ -201,6 +205,7 @@ class OpenSearchBackend:
         mappings = self._call("read index metadata", lambda: self.client.indices.get_mapping(index=indices))
         restore = bodies.settings_to_restore(current, mappings, list(self.names.values()))
         # Record the values to restore in the cluster first: if this process dies, the next add finds them.
+        # The last writer to enter holds the record; only the holder removes it when it is done.
         for name, values in restore.items():
             self._put_meta(name, mappings, values)
         self._call(
@@ -211,13 +216,14 @@ class OpenSearchBackend:
 
     def _put_meta(self, name: str, mappings: dict[str, Any], restore: dict[str, Any] | None) -> None:
         meta = mappings.get(name, {}).get("mappings", {}).get("_meta", {})
-        body = {"_meta": bodies.meta_with_restore(meta, restore)}
+        body = {"_meta": bodies.meta_with_restore(meta, restore, self._token)}
         self._call("record index settings", lambda: self.client.indices.put_mapping(index=name, body=body))
 
     # -- reading ----------------------------------------------------------------------------------
     def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
-        docs = self._mget(article_ids, ["fingerprint"], realtime=True)
-        return {aid: src["fingerprint"] for aid, src in docs.items()}
+        """Fingerprints of settled articles only: one whose old contexts may remain is done again."""
+        docs = self._mget(article_ids, ["fingerprint", "settled"], realtime=True)
+        return {aid: src["fingerprint"] for aid, src in docs.items() if src.get("settled", False)}
 
     def find_title(self, title: str) -> ArticleHit | None:
         response = self._call(
@@ -257,14 +263,15 @@ class OpenSearchBackend:
         for _ in range(GENERATION_RETRIES):
             if not generations:
                 return Neighbors.empty()
-            response = self._search_contexts(bodies.knn_exact_body(query, k, sorted(generations.values())))
+            searched = set(generations.values())
+            response = self._search_contexts(bodies.knn_exact_body(query, k, sorted(searched)))
             # An add replaces an article doc first and deletes the old contexts after: if no article
             # changed while we searched, the generations we filtered on were all there, whole.
-            after = self._generations(ids)
-            if after == generations:
+            generations = self._generations(ids)
+            if set(generations.values()) == searched:
                 break
-            generations = after
-        return bodies.parse_neighbors(response, k, set(generations.values()))
+        # Out of retries (an article replaced on every try): the last search's own generations.
+        return bodies.parse_neighbors(response, k, searched)
 
     def _search_contexts(self, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(
@@ -337,7 +344,9 @@ class OpenSearchBackend:
                     "read index metadata", lambda: self.client.indices.get_mapping(index=indices)
                 )
                 for name in self._restore:
-                    self._put_meta(name, mappings, None)
+                    meta = mappings.get(name, {}).get("mappings", {}).get("_meta", {})
+                    if bodies.restore_owner(meta) == self._token:  # a later writer may still need it
+                        self._put_meta(name, mappings, None)
             self._restore = None
         finally:
             self.client.close()

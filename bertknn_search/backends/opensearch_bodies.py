@@ -121,6 +121,8 @@ def article_action(item: EncodedArticle, index: str) -> dict[str, Any]:
             "id": art.id,
             "title": art.title,
             "fingerprint": item.fingerprint,
+            # False until the article's replaced contexts are deleted; resume redoes unsettled articles.
+            "settled": False,
             "n_sentences": len(block.sentences),
             "n_contexts": len(block),
             "sentences": list(block.sentences),
@@ -161,6 +163,11 @@ def context_actions(item: EncodedArticle, index: str, store_dtype: str) -> Itera
                 "vector": vector,
             },
         }
+
+
+def settle_action(item: EncodedArticle, index: str) -> dict[str, Any]:
+    """The bulk action marking an article settled: no contexts of an older generation are left."""
+    return {"_op_type": "update", "_index": index, "_id": item.article.id, "doc": {"settled": True}}
 
 
 def stale_contexts_query(items: Sequence[EncodedArticle]) -> dict[str, Any]:
@@ -270,23 +277,34 @@ def settings_to_restore(
     restore = {}
     for name in names:
         saved = mappings.get(name, {}).get("mappings", {}).get("_meta", {}).get(RESTORE_KEY)
-        if isinstance(saved, dict):
-            restore[name] = saved
+        if isinstance(saved, dict) and isinstance(saved.get("settings"), dict):
+            restore[name] = saved["settings"]
             continue
         current = settings.get(name, {}).get("settings", {}).get("index", {})
-        refresh = current.get("refresh_interval")
-        # "-1" without a saved record: an add of an older version died; the default is the best guess.
-        restore[name] = {
-            "refresh_interval": None if refresh == "-1" else refresh,
-            "number_of_replicas": current.get("number_of_replicas"),
-        }
+        if current.get("refresh_interval") == "-1":
+            # Bulk values with no record of what they replaced: the defaults are the safe guess
+            # (keeping "0" replicas would leave a serving index without copies for good).
+            restore[name] = {"refresh_interval": None, "number_of_replicas": None}
+        else:
+            restore[name] = {
+                "refresh_interval": current.get("refresh_interval"),
+                "number_of_replicas": current.get("number_of_replicas"),
+            }
     return restore
 
 
-def meta_with_restore(meta: dict[str, Any], restore: dict[str, Any] | None) -> dict[str, Any]:
-    """``meta`` with the bulk-load restore record set (or removed, for None)."""
+def restore_owner(meta: dict[str, Any]) -> str | None:
+    """The writer that holds an index's restore record, if any."""
+    saved = meta.get(RESTORE_KEY)
+    return saved.get("owner") if isinstance(saved, dict) else None
+
+
+def meta_with_restore(
+    meta: dict[str, Any], restore: dict[str, Any] | None, owner: str | None = None
+) -> dict[str, Any]:
+    """``meta`` with the bulk-load restore record (settings and the writer holding it), or without."""
     out = {k: v for k, v in meta.items() if k != RESTORE_KEY}
-    return out if restore is None else {**out, RESTORE_KEY: restore}
+    return out if restore is None else {**out, RESTORE_KEY: {"owner": owner, "settings": restore}}
 
 
 def parse_articles(response: dict[str, Any]) -> list[ArticleHit]:
