@@ -21,7 +21,8 @@ def tokenize(text: str) -> list[str]:
 
     NFD splits an accented letter into the letter and a combining mark; the marks are dropped so that a
     word stays one term (DrQA keeps them inside the token with ``\\p{M}``; folding also lets "Zurich"
-    find "Zürich", which is what a search user expects).
+    find "Zürich", which is what a search user expects). Spacing vowel signs of Indic scripts are not
+    accents and still split a word; index and query split alike, so such words still match.
     """
     decomposed = unicodedata.normalize("NFD", text)
     folded = "".join(c for c in decomposed if not unicodedata.combining(c))
