@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -368,11 +369,14 @@ def demo(out: Path, no_progress: bool) -> None:
     from bertknn_search.search import Searcher
 
     files = prepare_demo(out)
+    index = out / "index"
+    if (index / "index.sqlite").exists():
+        # The demo owns this index and builds it in a second: start clean, so an index left by an older
+        # version (another schema) never stops the demo.
+        shutil.rmtree(index)
     # The tiny random model's distances are ~100x smaller than BERT-base's; l=1 plays the role l=6
     # plays there (the nearest context dominates). A real model uses the paper's l=6.
-    config = make_config(
-        model=str(files.model), index=out / "index", device="cpu", max_length=64, temperature=1.0
-    )
+    config = make_config(model=str(files.model), index=index, device="cpu", max_length=64, temperature=1.0)
     summary = run_ingest(files.corpus, config, progress=not no_progress)
     _print_summary(summary, False, "ingested")
     searcher = Searcher.open(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,12 @@ def test_demo_runs_offline(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "ingested 20 articles" in r.output
     assert r.output.count("Q: ") == 3
+    # An index left by an older version does not stop the demo: it rebuilds its own index.
+    with sqlite3.connect(tmp_path / "demo" / "index" / "index.sqlite") as conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    again = run("demo", "--dir", tmp_path / "demo", "--no-progress")
+    assert again.exit_code == 0, again.output
+    assert "ingested 20 articles (0 already stored" in again.output
 
 
 def test_every_command_has_help_with_an_example() -> None:
