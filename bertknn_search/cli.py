@@ -108,13 +108,11 @@ def make_config(model: str | None = None, insecure: bool = False, **flags: Any) 
     return Config.from_env(model=model, opensearch_verify=verify, **flags)
 
 
-def with_settings(config: Config, settings: Path | None, flags: Mapping[str, Any], no_ir: bool) -> Config:
+def with_settings(config: Config, settings: Path | None, flags: Mapping[str, Any]) -> Config:
     """Apply a tuned settings file, then the method flags given on the command line again (flags win)."""
     if settings is None:
         return config
     given = {k: v for k, v in flags.items() if v is not None and k in config.method_settings()}
-    if no_ir:
-        given["use_ir"] = False
     return config.with_settings_file(settings).replace(**given)
 
 
@@ -296,7 +294,8 @@ def query(
     asked = [Question(q, subject) for q in questions] + list(_read_questions(qfile))
     if not asked:
         raise click.UsageError("give a question, or --file with one question per line")
-    config = with_settings(make_config(use_ir=False if no_ir else None, **flags), settings, flags, no_ir)
+    flags["use_ir"] = False if no_ir else None  # a method flag like the others: it wins over --settings
+    config = with_settings(make_config(**flags), settings, flags)
     config = adopt_index(config, flags)
     searcher = Searcher.open(config)
     try:

@@ -141,7 +141,8 @@ def eval_run(
         for k in ("lama", "corpora", "lama_uhn", "relations", "popqa", "split", "questions", "per_relation")
     }
     facts = load_facts(**data)
-    config = with_settings(make_config(use_ir=False if no_ir else None, **flags), settings, flags, no_ir)
+    flags["use_ir"] = False if no_ir else None  # a method flag like the others: it wins over --settings
+    config = with_settings(make_config(**flags), settings, flags)
     config = adopt_index(config, flags)
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)

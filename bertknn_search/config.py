@@ -134,11 +134,9 @@ class Config:
             )
         for name, value in data.items():
             kind = TUNABLE[name]
-            # bool is an int in Python, and 6 is a fine float, but "12" or 2.5 are not a k.
-            ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-            if kind is float:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not ok:
+            # 6 is a fine float, but "12" or 2.5 are not a k, and true (an int in Python) is only a bool.
+            accepted = (int, float) if kind is float else (kind,)
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, accepted):
                 raise ConfigError(
                     f"settings file {path}: {name} must be a JSON {kind.__name__}, got {json.dumps(value)}"
                 )

@@ -110,8 +110,8 @@ def ingest(
             ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
             while (prepared := ahead.result()) is not None:
                 ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
-                for key in ("reused", "empty"):
-                    counts[key] += prepared.counts[key]
+                counts["reused"] += prepared.reused
+                counts["empty"] += prepared.empty
                 if prepared.todo:
                     vectors = encode_rows(prepared.rows, encoder, batch_size)
                     items = build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
@@ -167,7 +167,8 @@ class Prepared:
     todo: list[Article]
     sentences: list[list[str]]
     rows: list[MaskedRow]
-    counts: dict[str, int]  # "reused" and "empty" in this chunk
+    reused: int  # already stored with the same fingerprint
+    empty: int  # without text
 
 
 def _prepare(
@@ -185,9 +186,10 @@ def _prepare(
     stored = backend.fingerprints([a.id for a in with_text])
     todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
     sentences = [split_sentences(a.text) for a in todo]
-    rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length) if todo else []
-    counts = {"reused": len(with_text) - len(todo), "empty": len(latest) - len(with_text)}
-    return Prepared(len(chunk), todo, sentences, rows, counts)
+    rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length)
+    return Prepared(
+        len(chunk), todo, sentences, rows, len(with_text) - len(todo), len(latest) - len(with_text)
+    )
 
 
 def _chunks(articles: Iterable[Article]) -> Iterator[list[Article]]:
