@@ -31,13 +31,15 @@ MAX_PENDING_WRITES = 2  # encoded chunks waiting for the writer thread; bounds m
 class IngestSummary:
     """What one ingest or add run did."""
 
-    articles: int  # written by this run
-    reused: int  # already stored with the same fingerprint (a resumed run skips them)
+    articles: int  # written by this run (new or replaced)
+    already_stored: int  # already stored with the same fingerprint (a resumed run skips them)
     empty: int  # skipped: no text
     sentences: int
     contexts: int
     seconds: float
     location: str = ""  # the index written to, as the backend shows it
+    replaced: int = 0  # of ``articles``: ids that were stored before with other text or settings
+    duplicates: int = 0  # input records whose id came again later in the input (the later one wins)
 
     @property
     def contexts_per_second(self) -> float:
@@ -94,7 +96,7 @@ def ingest(
     else:
         backend = open_backend(config, create=meta)
     batch_size = config.batch_for(encoder.placement.device.type)
-    counts = {"articles": 0, "reused": 0, "empty": 0, "sentences": 0, "contexts": 0}
+    counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0}
     bar = tqdm(desc="ingest", unit=" articles", disable=not progress, dynamic_ncols=True)
     pending: deque[Future[None]] = deque()
     articles = source if isinstance(source, Sequence) else read_articles(source, limit=limit, fmt=fmt)
@@ -110,7 +112,7 @@ def ingest(
             ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
             while (prepared := ahead.result()) is not None:
                 ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
-                counts["reused"] += prepared.reused
+                counts["already_stored"] += prepared.reused
                 counts["empty"] += prepared.empty
                 if prepared.todo:
                     vectors = encode_rows(prepared.rows, encoder, batch_size)

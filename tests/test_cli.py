@@ -174,13 +174,13 @@ def test_ingest_again_takes_the_encoding_settings_from_the_index(
     # No --model, --mask-policy or --max-length: all come from the index, so nothing is encoded again.
     again = run("ingest", "wiki", corpus, "--index", index, "--device", "cpu", "--no-progress", "--json")
     assert again.exit_code == 0, again.output
-    assert (json.loads(again.output)["articles"], json.loads(again.output)["reused"]) == (0, 20)
+    assert (json.loads(again.output)["articles"], json.loads(again.output)["already_stored"]) == (0, 20)
     added = run("add", corpus, "--index", index, "--device", "cpu", "--no-progress", "--json")
-    assert (json.loads(added.output)["articles"], json.loads(added.output)["reused"]) == (0, 20)
+    assert (json.loads(added.output)["articles"], json.loads(added.output)["already_stored"]) == (0, 20)
     # Above the model's 64 positions, a request means the model's limit: the same command resumes.
     larger = run("ingest", "wiki", corpus, "--index", index, "--max-length", "128", "--no-progress", "--json")
     assert larger.exit_code == 0, larger.output
-    assert json.loads(larger.output)["reused"] == 20
+    assert json.loads(larger.output)["already_stored"] == 20
     for flag, value in (
         ("--store-dtype", "int8"),
         ("--max-length", "32"),

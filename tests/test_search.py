@@ -123,13 +123,13 @@ def test_adding_an_article_makes_a_new_fact_answerable(index_copy: Config, tmp_p
     assert before.answer(q).knn[0].word == "hullweck"  # the corpus's invented fact
     before.close()
     summary = add_articles(path, index_copy, progress=False)
-    assert (summary.articles, summary.reused) == (1, 0)
+    assert (summary.articles, summary.already_stored) == (1, 0)
     after = Searcher.open(index_copy)
     assert after.answer(q).knn[0].word == "yentil"
     stats = after.backend.stats()
     after.close()
     again = add_articles(path, index_copy, progress=False)
-    assert (again.articles, again.reused) == (0, 1)
+    assert (again.articles, again.already_stored) == (0, 1)
     s2 = Searcher.open(index_copy)
     assert s2.backend.stats() == stats  # nothing duplicated
     s2.close()
