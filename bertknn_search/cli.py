@@ -247,8 +247,8 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
         click.echo(to_json(summary))
         return
     click.echo(
-        f"{verb} {summary.articles:,} articles ({summary.already_stored:,} already stored, {summary.empty:,} empty"
-        f" skipped): {summary.sentences:,} sentences, {summary.contexts:,} contexts in"
+        f"{verb} {summary.articles:,} articles ({summary.already_stored:,} already stored,"
+        f" {summary.empty:,} empty skipped): {summary.sentences:,} sentences, {summary.contexts:,} contexts in"
         f" {summary.seconds:.1f} s ({summary.contexts_per_second:,.0f} contexts/s) into {summary.location}"
     )
 
