@@ -248,8 +248,9 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
         return
     click.echo(
         f"{verb} {summary.articles:,} articles ({summary.already_stored:,} already stored,"
-        f" {summary.empty:,} empty skipped): {summary.sentences:,} sentences, {summary.contexts:,} contexts in"
-        f" {summary.seconds:.1f} s ({summary.contexts_per_second:,.0f} contexts/s) into {summary.location}"
+        f" {summary.empty:,} empty skipped): {summary.sentences:,} sentences,"
+        f" {summary.contexts:,} contexts in {summary.seconds:.1f} s"
+        f" ({summary.contexts_per_second:,.0f} contexts/s) into {summary.location}"
     )
 
 
