@@ -16,6 +16,7 @@ MASK_POLICIES = ("single-wordpiece", "single-wordpiece-no-stopwords")
 STORE_DTYPES = ("float16", "int8")
 DISTANCES = ("squared-l2", "l2")
 BACKENDS = ("embedded", "opensearch")
+CONTEXT_MODES = ("eager", "lazy")
 # Masked sentences (or questions) per forward pass: a GPU needs big batches to be busy, a CPU does not.
 CPU_BATCH = 128
 GPU_BATCH = 1024
@@ -40,6 +41,10 @@ class Config:
     use_ir: bool = True
     mask_policy: str = "single-wordpiece"
     max_length: int = 512
+    # "lazy": ingest stores text and the IR index only; an article's contexts are encoded the first
+    # time a query's IR step picks it, and kept (up to ``cache_size`` bytes, least recently used out).
+    contexts: str = "eager"
+    cache_size: int | None = None
 
     # Where the index lives.
     backend: str = "embedded"
@@ -79,6 +84,11 @@ class Config:
             (self.distance in DISTANCES, f"distance must be one of {DISTANCES}, got {self.distance!r}"),
             (self.mask_policy in MASK_POLICIES, f"mask policy must be one of {MASK_POLICIES}"),
             (self.store_dtype in STORE_DTYPES, f"store dtype must be one of {STORE_DTYPES}"),
+            (self.contexts in CONTEXT_MODES, f"--contexts must be one of {CONTEXT_MODES}"),
+            (
+                self.cache_size is None or self.cache_size > 0,
+                f"--cache-size must be > 0 bytes, got {self.cache_size}",
+            ),
             (self.backend in BACKENDS, f"--backend must be one of {BACKENDS}, got {self.backend!r}"),
         ]
         for ok, message in checks:

@@ -37,3 +37,7 @@ class ModelLoadError(BertKnnError):
 
 class BackendError(BertKnnError):
     """The storage backend failed (disk full, cluster unreachable after retries, bulk rejected)."""
+
+
+class LazyIndexError(BertKnnError):
+    """An operation needs every context of the corpus, and a lazy index encodes them only on demand."""

@@ -48,10 +48,13 @@ class ContextBlock:
 
 @dataclass(frozen=True)
 class EncodedArticle:
-    """An article with its contexts, ready to be written by a backend in one atomic step."""
+    """An article with its contexts, ready to be written by a backend in one atomic step.
+
+    ``contexts`` is None when a lazy index stores the text alone; they are encoded on first use.
+    """
 
     article: Article
-    contexts: ContextBlock
+    contexts: ContextBlock | None
     fingerprint: str  # hash of the text and the encoding settings: equal means nothing to redo
 
 
@@ -66,6 +69,7 @@ class IndexMeta:
     mask_policy: str
     store_dtype: str = "float16"
     max_length: int = 512  # the model input limit the contexts were windowed to
+    contexts: str = "eager"  # "lazy": contexts are encoded the first time a query needs an article
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,8 @@ class IndexStats:
     contexts: int
     bytes_on_disk: int
     meta: IndexMeta
+    encoded_articles: int = 0  # articles whose contexts are stored (all of them in an eager index)
+    context_bytes: int = 0  # bytes the stored contexts take (vectors, values, positions, sentences)
 
 
 @dataclass(frozen=True)

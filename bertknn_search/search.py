@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertknn_search.backends import open_backend
+from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.base import Backend
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
@@ -69,7 +69,7 @@ class Searcher:
         backend = open_backend(config)
         try:
             encoder = Encoder(config.model, config.layer, config.device, config.max_length)
-            return cls(config, backend, encoder)
+            return cls(config, searchable(backend, encoder, config), encoder)
         except BaseException:
             backend.close()
             raise
@@ -115,9 +115,11 @@ class Searcher:
         for q in questions:
             self.encoder.prepare(q.text)  # validate all before spending time on any
         states, p_bert = self.encode(questions)
+        found = [self.retrieve(q, cfg.n_articles) if cfg.use_ir else None for q in questions]
+        # One call for the whole batch, so a lazy index encodes every missing article in one pass.
+        self.backend.ensure_contexts(sorted({h.id for hits in found for h in hits or []}))
         scored = []
-        for q, state, pb in zip(questions, states, p_bert):
-            hits = self.retrieve(q, cfg.n_articles) if cfg.use_ir else None
+        for state, pb, hits in zip(states, p_bert, found):
             nb = self.neighbors(state, hits, cfg.k)
             squared = cfg.distance == "squared-l2"
             p_knn = knn_probs(nb.distances, nb.token_ids, self.encoder.vocab_size, cfg.temperature, squared)

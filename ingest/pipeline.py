@@ -20,7 +20,7 @@ from bertknn_search.errors import BertKnnError, InputFormatError
 from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, fingerprint, make_rows
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Article, IndexMeta
+from bertknn_search.records import Article, EncodedArticle, IndexMeta
 
 CHUNK_CHARS = 60_000  # articles are encoded together up to this much text, so batches mix sentences
 CHUNK_ARTICLES = 64
@@ -55,6 +55,7 @@ def index_meta(config: Config, encoder: Encoder) -> IndexMeta:
         config.mask_policy,
         config.store_dtype,
         encoder.max_length,
+        config.contexts,
     )
 
 
@@ -115,8 +116,7 @@ def ingest(
                 counts["already_stored"] += prepared.reused
                 counts["empty"] += prepared.empty
                 if prepared.todo:
-                    vectors = encode_rows(prepared.rows, encoder, batch_size)
-                    items = build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
+                    items = _encoded(prepared, encoder, batch_size, meta, config)
                     # The queue bound keeps memory flat when the store is slower than the encoder.
                     pending.append(writer.submit(backend.add_articles, items))
                     while len(pending) > MAX_PENDING_WRITES:
@@ -161,6 +161,16 @@ def add_articles(
     return ingest(articles, config, progress=progress, existing_only=True)
 
 
+def _encoded(
+    prepared: Prepared, encoder: Encoder, batch_size: int, meta: IndexMeta, config: Config
+) -> list[EncodedArticle]:
+    """The chunk's articles as the index stores them: with contexts, or as text alone (lazy)."""
+    if meta.contexts == "lazy":
+        return [EncodedArticle(a, None, fingerprint(a, config)) for a in prepared.todo]
+    vectors = encode_rows(prepared.rows, encoder, batch_size)
+    return build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
+
+
 @dataclass(frozen=True)
 class Prepared:
     """One chunk ready for the encoder: what to (re)write, its sentences and masked rows."""
@@ -187,7 +197,8 @@ def _prepare(
     with_text = [a for a in latest.values() if a.text.strip()]
     stored = backend.fingerprints([a.id for a in with_text])
     todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
-    sentences = [split_sentences(a.text) for a in todo]
+    # A lazy index splits and encodes an article when a query first needs it, not here.
+    sentences = [] if config.contexts == "lazy" else [split_sentences(a.text) for a in todo]
     rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length)
     return Prepared(
         len(chunk), todo, sentences, rows, len(with_text) - len(todo), len(latest) - len(with_text)

@@ -10,7 +10,7 @@ import pytest
 
 from bertknn_search.backends import bm25
 from bertknn_search.backends.blocks import exact_knn
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded import SCHEMA_VERSION, EmbeddedBackend
 from bertknn_search.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
 
@@ -70,7 +70,8 @@ def test_an_index_of_another_schema_version_asks_for_a_rebuild(
     backend.close()
     with sqlite3.connect(tmp_path / "idx" / "index.sqlite") as conn:
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    with pytest.raises(IndexCorruptError, match="schema version '1', this version of bertknn-search reads 2"):
+    wanted = f"schema version '1', this version of bertknn-search reads {SCHEMA_VERSION}"
+    with pytest.raises(IndexCorruptError, match=wanted):
         EmbeddedBackend.open(tmp_path / "idx")
 
 

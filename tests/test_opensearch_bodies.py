@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArt
 
 META = IndexMeta("bert-base-uncased", 11, 8, 30522, "single-wordpiece")
 META_DOC = {
-    "schema_version": 2,
+    "schema_version": bodies.SCHEMA_VERSION,
     "model": "bert-base-uncased",
     "layer": 11,
     "dim": 8,
@@ -32,6 +33,7 @@ META_DOC = {
     "mask_policy": "single-wordpiece",
     "store_dtype": "float16",
     "max_length": 512,
+    "contexts": "eager",
 }
 NAMES = {"articles": "bk-articles", "contexts": "bk-contexts"}
 
@@ -139,7 +141,8 @@ def test_meta_from_mappings_round_trip() -> None:
         ),
         (
             [{**META_DOC, "schema_version": 9}] * 2,
-            "indices at here have schema version 9, this version of bertknn-search reads 2;"
+            "indices at here have schema version 9, this version of bertknn-search reads"
+            f" {bodies.SCHEMA_VERSION};"
             " ingest again under another --opensearch-prefix",
         ),
     ],
@@ -206,12 +209,22 @@ def test_article_action_carries_pre_tokenised_terms() -> None:
             "title": "Café Noir",
             "fingerprint": "fp1",
             "settled": False,
+            "n_chars": len(encoded().article.text),
+            "encoded": "42:fp1",
             "n_sentences": 2,
             "n_contexts": 2,
             "sentences": ["Café Noir is a jazz club.", "It opened in 1931."],
             "terms": "cafe noir cafe noir is a jazz club in lyon",
         },
     }
+
+
+def test_a_lazy_article_doc_holds_its_text_and_no_contexts() -> None:
+    item = replace(encoded(), contexts=None)
+    source = bodies.article_action(item, "bk-articles")["_source"]
+    assert (source["text"], source["n_contexts"], source["sentences"]) == (item.article.text, 0, [])
+    assert "encoded" not in source  # the first query that needs it encodes it
+    assert list(bodies.context_actions(item, "bk-contexts", "float16")) == []
 
 
 def test_stale_contexts_query_keeps_only_new_generations() -> None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bertknn_search.backends.base import Backend
 from bertknn_search.config import Config
 from bertknn_search.records import IndexMeta
+
+if TYPE_CHECKING:
+    from bertknn_search.encoder import Encoder
 
 
 def open_backend(config: Config, create: IndexMeta | None = None) -> Backend:
@@ -22,4 +27,13 @@ def open_backend(config: Config, create: IndexMeta | None = None) -> Backend:
     return EmbeddedBackend.create(config.index, create) if create else EmbeddedBackend.open(config.index)
 
 
-__all__ = ["Backend", "open_backend"]
+def searchable(backend: Backend, encoder: Encoder, config: Config) -> Backend:
+    """The backend queries go through: a lazy index is wrapped so that it encodes contexts on demand."""
+    if backend.meta().contexts == "eager":
+        return backend
+    from bertknn_search.backends.lazy import LazyDatastore
+
+    return LazyDatastore(backend, encoder, config)  # type: ignore[arg-type]
+
+
+__all__ = ["Backend", "open_backend", "searchable"]

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from bertknn_search.errors import IndexMismatchError
-from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+from bertknn_search.records import Article, ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
 
 
 @runtime_checkable
@@ -32,7 +32,17 @@ class Backend(Protocol):
         ...
 
     def add_articles(self, items: Sequence[EncodedArticle]) -> None:
-        """Write (or replace) articles with their contexts; each article is atomic."""
+        """Write (or replace) articles with their contexts; each article is atomic.
+
+        An item without contexts (a lazy index) stores the text; a replaced article loses its contexts.
+        """
+        ...
+
+    def ensure_contexts(self, article_ids: Sequence[str]) -> int:
+        """Make the contexts of ``article_ids`` searchable; returns how many contexts were encoded now.
+
+        A store that holds every article's contexts returns 0; the lazy datastore encodes the missing.
+        """
         ...
 
     def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
@@ -71,9 +81,40 @@ class Backend(Protocol):
         ...
 
 
+@runtime_checkable
+class ContextStore(Protocol):
+    """What the lazy datastore needs of a backend: article texts out, contexts in, old contexts out.
+
+    Contexts are written per article and only while the article still has the text they were encoded
+    from, so a concurrent replace is never undone and two writers of one article leave one copy.
+    """
+
+    def unencoded(self, article_ids: Sequence[str]) -> list[tuple[Article, str]]:
+        """The articles among ``article_ids`` without stored contexts, with their fingerprints.
+
+        Also marks ``article_ids`` as just used, for the least-recently-used eviction.
+        """
+        ...
+
+    def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
+        """Store contexts of articles whose stored fingerprint is still ``item.fingerprint``.
+
+        Returns:
+            How many of ``items`` were stored (the others were replaced meanwhile).
+        """
+        ...
+
+    def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
+        """Drop least recently used contexts (never text) until they take at most ``budget`` bytes.
+
+        ``keep`` (the articles a query is about to search) is never dropped. Returns articles evicted.
+        """
+        ...
+
+
 def check_meta(found: IndexMeta, wanted: IndexMeta, where: str) -> None:
     """Raise IndexMismatchError when an index was built with other encoding settings."""
-    for name in ("model", "layer", "dim", "mask_policy", "store_dtype", "max_length"):
+    for name in ("model", "layer", "dim", "mask_policy", "store_dtype", "max_length", "contexts"):
         if getattr(found, name) != getattr(wanted, name):
             raise IndexMismatchError(
                 f"index at {where} was built with {name}={getattr(found, name)!r}, not"

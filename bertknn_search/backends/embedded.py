@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,13 +22,22 @@ from bertknn_search.backends import bm25, codec
 from bertknn_search.backends.base import check_meta
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
-from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+from bertknn_search.records import (
+    Article,
+    ArticleHit,
+    ContextBlock,
+    EncodedArticle,
+    IndexMeta,
+    IndexStats,
+    Neighbors,
+)
 from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import BIGRAM_JOIN, bigrams, document_text, query_terms, tokenize
 
 DB_NAME = "index.sqlite"
-SCHEMA_VERSION = "2"  # 2: accent-folded IR terms, max_length in the meta
+SCHEMA_VERSION = "3"  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts
 UNIGRAMS, BIGRAMS = 0, 1
+BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,7 +52,8 @@ CREATE TABLE IF NOT EXISTS articles (
     len_0 INTEGER NOT NULL,
     len_1 INTEGER NOT NULL,
     norm_0 INTEGER NOT NULL,
-    norm_1 INTEGER NOT NULL
+    norm_1 INTEGER NOT NULL,
+    n_chars INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS articles_title ON articles(title_key);
 CREATE TABLE IF NOT EXISTS contexts (
@@ -52,7 +63,15 @@ CREATE TABLE IF NOT EXISTS contexts (
     token_ids BLOB NOT NULL,
     sentence_ids BLOB NOT NULL,
     starts BLOB NOT NULL,
-    ends BLOB NOT NULL
+    ends BLOB NOT NULL,
+    used REAL NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS contexts_used ON contexts(used);
+-- A lazy index keeps each article's text until (and after) its contexts are encoded.
+CREATE TABLE IF NOT EXISTS texts (
+    article INTEGER PRIMARY KEY REFERENCES articles(rowid),
+    text TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS postings (
     term TEXT NOT NULL, field INTEGER NOT NULL, article INTEGER NOT NULL, tf INTEGER NOT NULL,
@@ -132,6 +151,7 @@ class EmbeddedBackend:
                 mask_policy=rows["mask_policy"],
                 store_dtype=rows["store_dtype"],
                 max_length=int(rows["max_length"]),
+                contexts=rows["contexts"],
             )
         except (sqlite3.Error, KeyError, ValueError) as exc:
             raise IndexCorruptError(
@@ -158,11 +178,8 @@ class EmbeddedBackend:
 
     def _write_one(self, cur: sqlite3.Cursor, item: EncodedArticle) -> None:
         art, block = item.article, item.contexts
-        if block.vectors.shape[1:] != (self._meta.dim,):
-            raise IndexMismatchError(
-                f"article {art.id!r} has vectors of shape {block.vectors.shape};"
-                f" the index dimension is {self._meta.dim}"
-            )
+        if block is not None:
+            self._check_dim(art.id, block)
         tokens = tokenize(document_text(art.title, art.text))
         lengths = (len(tokens), max(len(tokens) - 1, 0))
         old = cur.execute("SELECT rowid, len_0, len_1 FROM articles WHERE id = ?", (art.id,)).fetchone()
@@ -170,16 +187,17 @@ class EmbeddedBackend:
             rowid = old[0]
             cur.execute("DELETE FROM postings WHERE article = ?", (rowid,))
             _update_field_stats(cur, (old[1], old[2]), sign=-1)
-        row = (art.title, art.title.strip().lower(), item.fingerprint, len(block.sentences), len(block))
+        counts = (0, 0) if block is None else (len(block.sentences), len(block))
+        row = (art.title, art.title.strip().lower(), item.fingerprint, *counts)
         norms = tuple(bm25.encode_length(n) for n in lengths)
         cur.execute(
             "INSERT INTO articles (id, title, title_key, fingerprint, n_sentences, n_contexts,"
-            " len_0, len_1, norm_0, norm_1) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " len_0, len_1, norm_0, norm_1, n_chars) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(id) DO UPDATE SET title=excluded.title, title_key=excluded.title_key,"
             " fingerprint=excluded.fingerprint, n_sentences=excluded.n_sentences,"
             " n_contexts=excluded.n_contexts, len_0=excluded.len_0, len_1=excluded.len_1,"
-            " norm_0=excluded.norm_0, norm_1=excluded.norm_1",
-            (art.id, *row, *lengths, *norms),
+            " norm_0=excluded.norm_0, norm_1=excluded.norm_1, n_chars=excluded.n_chars",
+            (art.id, *row, *lengths, *norms, len(art.text)),
         )
         rowid = cur.execute("SELECT rowid FROM articles WHERE id = ?", (art.id,)).fetchone()[0]
         _update_field_stats(cur, lengths, sign=+1)
@@ -194,18 +212,122 @@ class EmbeddedBackend:
             [(t, UNIGRAMS, rowid, n) for t, n in unigrams.items()]
             + [(t, BIGRAMS, rowid, n) for t, n in pairs.items()],
         )
-        cur.execute(
-            "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                rowid,
-                json.dumps(block.sentences, ensure_ascii=False),
-                codec.encode(block.vectors, self._meta.store_dtype),
-                block.token_ids.astype(np.int32).tobytes(),
-                block.sentence_ids.astype(np.int32).tobytes(),
-                block.starts.astype(np.int32).tobytes(),
-                block.ends.astype(np.int32).tobytes(),
-            ),
+        if block is None:
+            # Text only (a lazy index): contexts cached for an older text are stale from now on.
+            cur.execute("DELETE FROM contexts WHERE article = ?", (rowid,))
+            cur.execute("INSERT OR REPLACE INTO texts VALUES (?, ?)", (rowid, art.text))
+        else:
+            self._put_block(cur, rowid, block)
+
+    def _check_dim(self, article_id: str, block: ContextBlock) -> None:
+        if block.vectors.shape[1:] != (self._meta.dim,):
+            raise IndexMismatchError(
+                f"article {article_id!r} has vectors of shape {block.vectors.shape};"
+                f" the index dimension is {self._meta.dim}"
+            )
+
+    def _put_block(self, cur: sqlite3.Cursor, rowid: int, block: ContextBlock) -> None:
+        columns = (
+            json.dumps(block.sentences, ensure_ascii=False),
+            codec.encode(block.vectors, self._meta.store_dtype),
+            block.token_ids.astype(np.int32).tobytes(),
+            block.sentence_ids.astype(np.int32).tobytes(),
+            block.starts.astype(np.int32).tobytes(),
+            block.ends.astype(np.int32).tobytes(),
         )
+        size = sum(len(c) for c in columns[1:]) + len(columns[0].encode("utf-8"))
+        cur.execute(
+            "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (rowid, *columns, time.time(), size),
+        )
+
+    # -- the lazy datastore's side (ContextStore) ---------------------------------------------------
+    def ensure_contexts(self, article_ids: Sequence[str]) -> int:
+        """Nothing to do here: a lazy index is searched through ``LazyDatastore``, which encodes."""
+        return 0
+
+    def unencoded(self, article_ids: Sequence[str]) -> list[tuple[Article, str]]:
+        ids = sorted(set(article_ids))
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        self._touch(ids)
+        with self._read() as cur:
+            rows = cur.execute(
+                f"SELECT a.id, a.title, t.text, a.fingerprint FROM articles a JOIN texts t"
+                f" ON t.article = a.rowid WHERE a.id IN ({marks})"
+                " AND NOT EXISTS (SELECT 1 FROM contexts c WHERE c.article = a.rowid) ORDER BY a.id",
+                ids,
+            ).fetchall()
+        return [(Article(aid, title, text), fp) for aid, title, text, fp in rows]
+
+    def _touch(self, ids: Sequence[str]) -> None:
+        """Mark cached contexts as just used; best effort, never waiting long for a busy writer.
+
+        Least-recently-used order only steers eviction, so a query that cannot take the write lock at
+        once (an add is committing) or runs on a read-only index skips this rather than wait or fail.
+        """
+        marks = ",".join("?" * len(ids))
+        with self._lock:
+            try:
+                self._conn.execute("PRAGMA busy_timeout = 20")
+                self._conn.execute(
+                    f"UPDATE contexts SET used = ? WHERE article IN"
+                    f" (SELECT rowid FROM articles WHERE id IN ({marks}))",
+                    (time.time(), *ids),
+                )
+            except sqlite3.OperationalError:
+                pass
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+    def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
+        stored = 0
+        with self._lock, self._write() as cur:
+            for item in items:
+                if item.contexts is None:
+                    continue
+                self._check_dim(item.article.id, item.contexts)
+                found = cur.execute(
+                    "SELECT rowid FROM articles WHERE id = ? AND fingerprint = ?",
+                    (item.article.id, item.fingerprint),
+                ).fetchone()
+                if found is None:  # replaced (or removed) since its text was read: that text is gone
+                    continue
+                self._put_block(cur, found[0], item.contexts)
+                cur.execute(
+                    "UPDATE articles SET n_sentences = ?, n_contexts = ? WHERE rowid = ?",
+                    (len(item.contexts.sentences), len(item.contexts), found[0]),
+                )
+                stored += 1
+        return stored
+
+    def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
+        with self._lock, self._write() as cur:
+            total = cur.execute("SELECT COALESCE(SUM(bytes), 0) FROM contexts").fetchone()[0]
+            if total <= budget:
+                return 0
+            kept = set(keep)
+            # Only articles that still have their text can be encoded again; an eager article cannot.
+            oldest = cur.execute(
+                "SELECT c.article, c.bytes, a.id FROM contexts c JOIN articles a ON a.rowid = c.article"
+                " WHERE EXISTS (SELECT 1 FROM texts t WHERE t.article = c.article) ORDER BY c.used, a.id"
+            )
+            dropped = []
+            for rowid, size, aid in oldest:
+                if total <= budget:
+                    break
+                if aid not in kept:
+                    dropped.append(rowid)
+                    total -= size
+            for lo in range(0, len(dropped), 500):
+                chunk = dropped[lo : lo + 500]
+                marks = ",".join("?" * len(chunk))
+                cur.execute(f"DELETE FROM contexts WHERE article IN ({marks})", chunk)
+                cur.execute(
+                    f"UPDATE articles SET n_sentences = 0, n_contexts = 0 WHERE rowid IN ({marks})", chunk
+                )
+        return len(dropped)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Cursor]:
@@ -360,8 +482,11 @@ class EmbeddedBackend:
             articles, sentences, contexts = cur.execute(
                 "SELECT COUNT(*), COALESCE(SUM(n_sentences), 0), COALESCE(SUM(n_contexts), 0) FROM articles"
             ).fetchone()
+            encoded, held = cur.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM contexts").fetchone()
         size = sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
-        return IndexStats("embedded", str(self.path), articles, sentences, contexts, size, self._meta)
+        return IndexStats(
+            "embedded", str(self.path), articles, sentences, contexts, size, self._meta, encoded, held
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -370,7 +495,7 @@ class EmbeddedBackend:
 
 def _connect(db: Path) -> sqlite3.Connection:
     # check_same_thread=False: the ingest pipeline writes from one background thread, under self._lock.
-    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False, timeout=60.0)
+    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")

@@ -30,8 +30,8 @@ from bertknn_search.backends.opensearch_client import (
     public_url,
 )
 from bertknn_search.config import Config
-from bertknn_search.errors import BackendError, IndexMismatchError, IndexNotFoundError
-from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+from bertknn_search.errors import BackendError, ConfigError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.records import Article, ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
 
 T = TypeVar("T")
 BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
@@ -136,12 +136,7 @@ class OpenSearchBackend:
         if not latest:
             return
         for item in latest:
-            shape = item.contexts.vectors.shape
-            if shape[1:] != (self._meta.dim,):
-                raise IndexMismatchError(
-                    f"article {item.article.id!r} has vectors of shape {shape};"
-                    f" the index dimension is {self._meta.dim}"
-                )
+            self._check_dim(item)
         self._enter_bulk_mode()
         contexts, articles = self.names["contexts"], self.names["articles"]
         dtype = self._meta.store_dtype
@@ -168,6 +163,85 @@ class OpenSearchBackend:
             )
         # Settled: a resumed ingest may skip these articles now (it redoes unsettled ones).
         self._bulk("mark articles settled", lambda: (bodies.settle_action(i, articles) for i in latest))
+
+    def _check_dim(self, item: EncodedArticle) -> None:
+        shape = None if item.contexts is None else item.contexts.vectors.shape
+        if shape is not None and shape[1:] != (self._meta.dim,):
+            raise IndexMismatchError(
+                f"article {item.article.id!r} has vectors of shape {shape};"
+                f" the index dimension is {self._meta.dim}"
+            )
+
+    # -- the lazy datastore's side (ContextStore) ---------------------------------------------------
+    def ensure_contexts(self, article_ids: Sequence[str]) -> int:
+        """Nothing to do here: a lazy index is searched through ``LazyDatastore``, which encodes."""
+        return 0
+
+    def unencoded(self, article_ids: Sequence[str]) -> list[tuple[Article, str]]:
+        fields = ["title", "text", "fingerprint", "encoded"]
+        docs = self._mget(sorted(set(article_ids)), fields, realtime=True)
+        return [
+            (Article(aid, src["title"], src["text"]), src["fingerprint"])
+            for aid, src in sorted(docs.items())
+            if "text" in src and src.get("encoded") != bodies.generation(aid, src["fingerprint"])
+        ]
+
+    def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
+        """Bulk-write contexts under each article's generation, then name it in the article doc.
+
+        Context ids are deterministic, so two processes encoding one article converge on one copy. An
+        article replaced meanwhile keeps its new doc: its ``encoded`` names the generation it has only
+        once contexts of that generation are written, and the contexts written here for the old text
+        are deleted again.
+        """
+        latest = [i for i in {i.article.id: i for i in items}.values() if i.contexts is not None]
+        if not latest:
+            return 0
+        for item in latest:
+            self._check_dim(item)
+        contexts, articles = self.names["contexts"], self.names["articles"]
+        dtype = self._meta.store_dtype
+        self._bulk(
+            "write contexts", lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype))
+        )
+        self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
+        current = self._mget([i.article.id for i in latest], ["fingerprint"], realtime=True)
+        fresh = [i for i in latest if current.get(i.article.id, {}).get("fingerprint") == i.fingerprint]
+        self._bulk(
+            "mark articles encoded",
+            lambda: (
+                {
+                    "_op_type": "update",
+                    "_index": articles,
+                    "_id": i.article.id,
+                    "doc": bodies.encoded_fields(i.article.id, i.fingerprint, i.contexts),
+                }
+                for i in fresh
+                if i.contexts is not None
+            ),
+        )
+        self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
+        stale = [i for i in latest if i not in fresh]
+        if stale:
+            gens = sorted(bodies.generation(i.article.id, i.fingerprint) for i in stale)
+            self._call(
+                "delete contexts of replaced texts",
+                lambda: self.client.delete_by_query(
+                    index=contexts, body={"query": {"terms": {"generation": gens}}}, refresh=True
+                ),
+            )
+        return len(fresh)
+
+    def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
+        """Not offered: a cluster grows by nodes, and usage times would cost a write per query.
+
+        Raises:
+            ConfigError: always.
+        """
+        raise ConfigError(
+            f"--cache-size is for the embedded backend; the OpenSearch index at {self.location} keeps"
+            " every context it encodes (drop --cache-size)"
+        )
 
     def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]]) -> None:
         """Send ``actions()`` with streaming_bulk, re-sending the whole batch after a network error.
@@ -318,6 +392,7 @@ class OpenSearchBackend:
             lambda: self.client.indices.stats(index=",".join(self.names.values()), metric="store"),
         )
         aggs = counts["aggregations"]
+        held = store["indices"].get(self.names["contexts"], {}).get("total", {}).get("store", {})
         return IndexStats(
             backend=self.name,
             location=self.location,
@@ -326,6 +401,8 @@ class OpenSearchBackend:
             contexts=int(aggs["contexts"]["value"] or 0),
             bytes_on_disk=int(store["_all"]["total"]["store"]["size_in_bytes"]),
             meta=self._meta,
+            encoded_articles=int(aggs["encoded"]["value"] or 0),
+            context_bytes=int(held.get("size_in_bytes", 0)),
         )
 
     def close(self) -> None:

@@ -12,10 +12,10 @@ import numpy as np
 
 from bertknn_search.backends import codec
 from bertknn_search.errors import IndexCorruptError
-from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, Neighbors
+from bertknn_search.records import ArticleHit, ContextBlock, EncodedArticle, IndexMeta, Neighbors
 from bertknn_search.terms import document_text, query_terms, tokenize
 
-SCHEMA_VERSION = 2  # 2: accent-folded IR terms, max_length in the meta
+SCHEMA_VERSION = 3  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts
 KINDS = ("articles", "contexts")
 # Both backends break distance ties by (article id, sentence, start); sorting on the server as well keeps
 # the k-th place deterministic when several contexts tie at the cut.
@@ -92,6 +92,7 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
             mask_policy=str(raw["mask_policy"]),
             store_dtype=str(raw["store_dtype"]),
             max_length=int(raw["max_length"]),
+            contexts=str(raw["contexts"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise IndexCorruptError(
@@ -113,22 +114,34 @@ def stored_vectors(vectors: np.ndarray, store_dtype: str) -> np.ndarray:
 def article_action(item: EncodedArticle, index: str) -> dict[str, Any]:
     """The bulk action writing an article doc (``_id`` = article id, so a re-write replaces it)."""
     art, block = item.article, item.contexts
+    source = {
+        "id": art.id,
+        "title": art.title,
+        "fingerprint": item.fingerprint,
+        # False until the article's replaced contexts are deleted; resume redoes unsettled articles.
+        "settled": False,
+        "n_chars": len(art.text),
+        # Pre-tokenised with the shared terms: the index only splits on whitespace.
+        "terms": " ".join(tokenize(document_text(art.title, art.text))),
+    }
+    if block is None:  # a lazy index: the text waits for the first query that needs its contexts
+        source.update(n_sentences=0, n_contexts=0, sentences=[], text=art.text)
+    else:
+        source.update(encoded_fields(art.id, item.fingerprint, block))
+    return {"_op_type": "index", "_index": index, "_id": art.id, "_source": source}
+
+
+def encoded_fields(article_id: str, fingerprint: str, block: ContextBlock) -> dict[str, Any]:
+    """Article-doc fields that describe its stored contexts; ``encoded`` names their generation.
+
+    A generation, not a flag: fields written for a text that was replaced meanwhile name a generation
+    the article no longer has, so the article still counts as not encoded.
+    """
     return {
-        "_op_type": "index",
-        "_index": index,
-        "_id": art.id,
-        "_source": {
-            "id": art.id,
-            "title": art.title,
-            "fingerprint": item.fingerprint,
-            # False until the article's replaced contexts are deleted; resume redoes unsettled articles.
-            "settled": False,
-            "n_sentences": len(block.sentences),
-            "n_contexts": len(block),
-            "sentences": list(block.sentences),
-            # Pre-tokenised with the shared terms: the index only splits on whitespace.
-            "terms": " ".join(tokenize(document_text(art.title, art.text))),
-        },
+        "encoded": generation(article_id, fingerprint),
+        "n_sentences": len(block.sentences),
+        "n_contexts": len(block),
+        "sentences": list(block.sentences),
     }
 
 
@@ -139,6 +152,8 @@ def context_actions(item: EncodedArticle, index: str, store_dtype: str) -> Itera
     duplicates. Vectors go out as the float32 values of the stored encoding (float16 or int8).
     """
     art, block = item.article, item.contexts
+    if block is None:
+        return
     gen = generation(art.id, item.fingerprint)
     vectors = stored_vectors(block.vectors, store_dtype)
     columns = zip(
@@ -255,6 +270,7 @@ def stats_body() -> dict[str, Any]:
         "aggs": {
             "sentences": {"sum": {"field": "n_sentences"}},
             "contexts": {"sum": {"field": "n_contexts"}},
+            "encoded": {"value_count": {"field": "encoded"}},
         },
     }
 
