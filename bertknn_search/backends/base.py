@@ -90,10 +90,11 @@ class ContextStore(Protocol):
     """
 
     def unencoded(self, article_ids: Sequence[str]) -> list[tuple[Article, str]]:
-        """The articles among ``article_ids`` without stored contexts, with their fingerprints.
+        """The articles among ``article_ids`` without stored contexts, with their fingerprints."""
+        ...
 
-        Also marks ``article_ids`` as just used, for the least-recently-used eviction.
-        """
+    def touch(self, article_ids: Sequence[str]) -> None:
+        """Record that ``article_ids`` were just searched, for the least-recently-used eviction."""
         ...
 
     def put_contexts(self, items: Sequence[EncodedArticle]) -> int:

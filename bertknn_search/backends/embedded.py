@@ -251,7 +251,6 @@ class EmbeddedBackend:
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
-        self._touch(ids)
         with self._read() as cur:
             rows = cur.execute(
                 f"SELECT a.id, a.title, t.text, a.fingerprint FROM articles a JOIN texts t"
@@ -261,12 +260,13 @@ class EmbeddedBackend:
             ).fetchall()
         return [(Article(aid, title, text), fp) for aid, title, text, fp in rows]
 
-    def _touch(self, ids: Sequence[str]) -> None:
+    def touch(self, article_ids: Sequence[str]) -> None:
         """Mark cached contexts as just used; best effort, never waiting long for a busy writer.
 
         Least-recently-used order only steers eviction, so a query that cannot take the write lock at
         once (an add is committing) or runs on a read-only index skips this rather than wait or fail.
         """
+        ids = list(article_ids)
         marks = ",".join("?" * len(ids))
         with self._lock:
             try:

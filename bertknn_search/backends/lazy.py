@@ -9,6 +9,7 @@ the same splitter, rows, encoder and fingerprint.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -19,6 +20,8 @@ from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
 from bertknn_search.errors import LazyIndexError
 from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+
+TOUCH_EVERY_S = 60.0
 
 
 class Store(Backend, ContextStore, Protocol):
@@ -38,6 +41,7 @@ class LazyDatastore:
         self.config = config
         self.encoded_contexts = 0
         self.encoded_articles = 0
+        self._touched: dict[str, float] = {}  # article id -> when this process last recorded a use
 
     @property
     def name(self) -> str:
@@ -75,9 +79,19 @@ class LazyDatastore:
             self.store.put_contexts(items)
             self.encoded_contexts += len(rows)
             self.encoded_articles += len(items)
+        self._touch(ids)
         if self.config.cache_size is not None:
             self.store.evict_contexts(self.config.cache_size, ids)
         return len(rows) if todo else 0
+
+    def _touch(self, ids: Sequence[str]) -> None:
+        # Usage needs only minute resolution to order evictions, and a write per question would cost
+        # more than the warm query itself: each article is recorded at most once a minute per process.
+        now = time.monotonic()
+        due = [i for i in ids if now - self._touched.get(i, -TOUCH_EVERY_S) >= TOUCH_EVERY_S]
+        if due:
+            self.store.touch(due)
+            self._touched.update(dict.fromkeys(due, now))
 
     def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
         """As the store's ``knn``, after the contexts of ``article_ids`` are made searchable.

@@ -186,6 +186,9 @@ class OpenSearchBackend:
             if "text" in src and src.get("encoded") != bodies.generation(aid, src["fingerprint"])
         ]
 
+    def touch(self, article_ids: Sequence[str]) -> None:
+        """Nothing: this backend keeps every context it encodes (see ``evict_contexts``)."""
+
     def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
         """Bulk-write contexts under each article's generation, then name it in the article doc.
 
