@@ -85,6 +85,9 @@ class IndexStats:
     meta: IndexMeta
     encoded_articles: int = 0  # articles whose contexts are stored (all of them in an eager index)
     context_bytes: int = 0  # bytes the stored contexts take (vectors, values, positions, sentences)
+    # Contexts an eager index of the same articles would hold: exact when eager, else extrapolated from
+    # the encoded articles' contexts per character of text (0 until one is encoded).
+    estimated_contexts: int = 0
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,7 @@ def test_a_lazy_opensearch_index_answers_as_the_eager_embedded_one(
         stats = lazy.backend.stats()
         searched = {h.id for s in lazy.score_batch(qs) for h in s.hits or []}
         assert stats.encoded_articles == len(searched) < stats.articles
+        assert stats.estimated_contexts > stats.contexts  # extrapolated to the articles not yet encoded
         # A second process encoding the same articles writes the same context ids: still one copy.
         store = lazy.backend.store  # type: ignore[attr-defined]
         again = Searcher.open(lazy_config)

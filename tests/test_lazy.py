@@ -113,6 +113,10 @@ def test_only_the_articles_queries_need_are_encoded(
     stats = backend.stats()
     assert stats.encoded_articles == 1 and stats.contexts == encoded > 0
     assert stats.context_bytes > 0
+    # One article's contexts per character, scaled to all the text: near the eager index's count.
+    eager_total = eager.backend.stats().contexts
+    assert 0.5 * eager_total < stats.estimated_contexts < 2 * eager_total
+    assert eager.backend.stats().estimated_contexts == eager_total
     # The same number of contexts an eager ingest stored for that article, and nothing to do again.
     assert encoded == len(eager.backend.knn(np.zeros(eager.encoder.dim, np.float32), 10_000, [hits[0].id]))
     assert backend.ensure_contexts([h.id for h in hits]) == 0

@@ -113,6 +113,13 @@ class ContextStore(Protocol):
         ...
 
 
+def extrapolate(contexts: int, chars: float, encoded_chars: float, meta: IndexMeta) -> int:
+    """Contexts an eager index would hold: the stored count, scaled by text when contexts are lazy."""
+    if meta.contexts == "eager":
+        return contexts
+    return round(contexts * chars / encoded_chars) if encoded_chars else 0
+
+
 def check_meta(found: IndexMeta, wanted: IndexMeta, where: str) -> None:
     """Raise IndexMismatchError when an index was built with other encoding settings."""
     for name in ("model", "layer", "dim", "mask_policy", "store_dtype", "max_length", "contexts"):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bertknn_search.backends import bm25, codec
-from bertknn_search.backends.base import check_meta
+from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import (
@@ -483,9 +483,22 @@ class EmbeddedBackend:
                 "SELECT COUNT(*), COALESCE(SUM(n_sentences), 0), COALESCE(SUM(n_contexts), 0) FROM articles"
             ).fetchone()
             encoded, held = cur.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM contexts").fetchone()
+            chars, encoded_chars = cur.execute(
+                "SELECT COALESCE(SUM(n_chars), 0), COALESCE(SUM(n_chars * (n_contexts > 0)), 0) FROM articles"
+            ).fetchone()
         size = sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
+        estimate = extrapolate(contexts, chars, encoded_chars, self._meta)
         return IndexStats(
-            "embedded", str(self.path), articles, sentences, contexts, size, self._meta, encoded, held
+            backend="embedded",
+            location=str(self.path),
+            articles=articles,
+            sentences=sentences,
+            contexts=contexts,
+            bytes_on_disk=size,
+            meta=self._meta,
+            encoded_articles=encoded,
+            context_bytes=held,
+            estimated_contexts=estimate,
         )
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from opensearchpy.exceptions import NotFoundError, RequestError
 from opensearchpy.helpers import streaming_bulk
 
 from bertknn_search.backends import opensearch_bodies as bodies
-from bertknn_search.backends.base import check_meta
+from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.opensearch_client import (
     RetryPolicy,
     bulk_error_message,
@@ -396,6 +396,9 @@ class OpenSearchBackend:
         )
         aggs = counts["aggregations"]
         held = store["indices"].get(self.names["contexts"], {}).get("total", {}).get("store", {})
+        contexts = int(aggs["contexts"]["value"] or 0)
+        chars, encoded_chars = aggs["chars"]["value"] or 0, aggs["encoded_chars"]["chars"]["value"] or 0
+        estimate = extrapolate(contexts, chars, encoded_chars, self._meta)
         return IndexStats(
             backend=self.name,
             location=self.location,
@@ -406,6 +409,7 @@ class OpenSearchBackend:
             meta=self._meta,
             encoded_articles=int(aggs["encoded"]["value"] or 0),
             context_bytes=int(held.get("size_in_bytes", 0)),
+            estimated_contexts=estimate,
         )
 
     def close(self) -> None:

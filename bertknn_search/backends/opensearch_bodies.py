@@ -271,6 +271,11 @@ def stats_body() -> dict[str, Any]:
             "sentences": {"sum": {"field": "n_sentences"}},
             "contexts": {"sum": {"field": "n_contexts"}},
             "encoded": {"value_count": {"field": "encoded"}},
+            "chars": {"sum": {"field": "n_chars"}},
+            "encoded_chars": {
+                "filter": {"range": {"n_contexts": {"gt": 0}}},
+                "aggs": {"chars": {"sum": {"field": "n_chars"}}},
+            },
         },
     }
 
