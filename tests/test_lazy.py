@@ -279,3 +279,22 @@ def _encode(searcher: Searcher, todo: list, config: Config) -> list:
     rows = make_rows(sentences, searcher.encoder, config.mask_policy, config.max_length)
     blocks = build_blocks(articles, sentences, rows, encode_rows(rows, searcher.encoder, 32), config)
     return [replace(block, fingerprint=fp) for block, (_, fp) in zip(blocks, todo)]
+
+
+def test_warm_encodes_what_the_questions_need_and_nothing_else(lazy_copy: Config, facts: list[Fact]) -> None:
+    from bertknn_search.warm import needed_articles, warm
+
+    qs = questions(facts)
+    searcher = Searcher.open(lazy_copy)
+    try:
+        ids = needed_articles(searcher, qs)
+        assert len(ids) == len(set(ids)) and 5 <= len(ids) < searcher.backend.stats().articles
+        summary = warm(searcher, ids, progress=False)
+        assert (summary.articles, summary.encoded_articles) == (len(ids), len(ids))
+        assert summary.contexts == summary.index_contexts > 0
+        assert summary.estimated_contexts > summary.index_contexts
+        again = warm(searcher, ids, progress=False)
+        assert (again.encoded_articles, again.contexts) == (0, 0)
+        assert searcher.backend.ensure_contexts(ids) == 0  # questions now run warm
+    finally:
+        searcher.close()
