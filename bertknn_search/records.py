@@ -79,6 +79,7 @@ class IndexStats:
     contexts: int
     bytes_on_disk: int
     meta: IndexMeta
+    model_max_length: int | None = None  # the model's own input limit, where its config is on disk here
 
 
 @dataclass(frozen=True)
