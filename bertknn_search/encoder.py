@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
@@ -98,15 +99,23 @@ def hub_unreachable() -> str | None:
 
 
 def model_max_length(name: str) -> int | None:
-    """The model's own input limit (max_position_embeddings), read from disk only; None if not there."""
-    from transformers import AutoConfig
+    """The model's own input limit (max_position_embeddings) from its config on disk; None if not there.
 
+    Reads the JSON directly: ``stats`` should not wait for transformers to import.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    path: Any = Path(name) / "config.json"
+    if not path.is_file():
+        try:
+            path = try_to_load_from_cache(name, "config.json")
+        except ValueError:
+            return None
     try:
-        config = AutoConfig.from_pretrained(name, local_files_only=True)
-    except (OSError, ValueError):
+        limit = json.loads(Path(path).read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (TypeError, OSError, ValueError, AttributeError):
         return None
-    limit = getattr(config, "max_position_embeddings", None)
-    return int(limit) if limit is not None else None
+    return limit if isinstance(limit, int) else None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -101,9 +101,10 @@ def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
     finally:
         backend.close()
     if resolved.given("max_length") and config.max_length > meta.max_length:
-        from bertknn_search.encoder import Encoder
+        from bertknn_search.encoder import Encoder, locate_model
 
         # The index records the limit in effect, capped at the model's: a larger request means the same.
+        locate_model(meta.model, f"from the index at {where}")
         capped = Encoder(meta.model, meta.layer, "cpu", config.max_length).max_length
         config = config.replace(max_length=capped)
     for name in ADOPTED:

@@ -93,8 +93,12 @@ def grid_search(
                 scored[j] = _fact_hits(searcher, item, state, pb, values, config, allowed, hits[..., j])
                 j += 1
             bar.update(len(batch))
+    skipped = Counter(reason for _, reason in unscorable)
+    if (~scored).any():
+        skipped[NO_ARTICLE] = int((~scored).sum())
     if not scored.any():
-        raise ConfigError("no tuning fact could be scored (no one-token answers or no retrieved contexts)")
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
+        raise ConfigError(f"no tuning fact could be scored: {len(facts)} read, all skipped ({reasons})")
     scores = _macro(hits[..., scored], [p.fact for p, s in zip(ready, scored) if s])
     table = [
         {**dict(zip(GRID_KEYS, combo)), "score": float(scores[index])}
@@ -106,9 +110,6 @@ def grid_search(
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(settings_file_values(settings), indent=2) + "\n", encoding="utf-8")
-    skipped = Counter(reason for _, reason in unscorable)
-    if (~scored).any():
-        skipped[NO_ARTICLE] = int((~scored).sum())
     result = {
         "best": settings,
         "score": best["score"],

@@ -200,7 +200,8 @@ def test_grid_search_rejects_bad_grids(searcher: Searcher, scorable, tmp_path, g
 
 
 def test_grid_search_needs_a_scorable_fact(searcher: Searcher, tmp_path):
-    with pytest.raises(ConfigError, match="no tuning fact could be scored"):
+    reasons = r"\(2 answer-not-one-token, 1 bad-question, 1 no-article\)$"
+    with pytest.raises(ConfigError, match=r"^no tuning fact could be scored: 4 read, all skipped " + reasons):
         grid_search(searcher, UNSCORABLE, {"lam": [0.3]}, tmp_path / "best.json")
 
 
