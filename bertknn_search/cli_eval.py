@@ -1,94 +1,63 @@
-"""The ``eval`` commands: P@k tables on LAMA, LAMA-UHN, PopQA or plain JSONL, and the grid search."""
+"""The ``eval`` commands: P@k tables on LAMA, LAMA-UHN, PopQA or plain JSONL, and the grid search.
+
+``eval_group`` is a stand-alone click group; ``cli.py`` adds it to the main command.
+"""
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from bertknn_search.cli import (
-    adopt_index,
+from bertknn_search import session
+from bertknn_search.cli_options import (
     index_options,
     json_option,
-    main,
-    make_config,
     method_options,
     model_options,
-    with_settings,
+    no_progress_option,
+    stacked,
 )
 from bertknn_search.errors import ConfigError
+from bertknn_search.eval.metrics import KS
 
-F = TypeVar("F", bound=Callable[..., Any])
+DATASET_FLAGS = ("lama", "corpora", "lama_uhn", "relations", "popqa", "split", "questions", "per_relation")
 
-
-def dataset_options(f: F) -> F:
-    """Which facts to evaluate on: any mix of the supported layouts."""
-    path = click.Path(exists=True, path_type=Path)
-    options = [
-        click.option("--lama", type=path, help="LAMA data folder (relations.jsonl, TREx/, Google_RE/, ...)."),
-        click.option("--corpora", help="Comma-separated LAMA corpora [default: all present]."),
-        click.option(
-            "--lama-uhn", type=path, help="LAMA-UHN folder (TREx_UHN/); templates from --relations."
-        ),
-        click.option("--relations", type=path, help="relations.jsonl for --lama-uhn [default: --lama's]."),
-        click.option("--popqa", type=path, help="PopQA TSV (or the derived dev/test JSON)."),
-        click.option("--split", default="test", show_default=True, help="Split of a derived PopQA JSON."),
-        click.option("--questions", type=path, help="JSONL of {question, answers, subject?, relation?}."),
-        click.option(
-            "--per-relation", type=click.IntRange(min=1), help="Use only the first N facts of each relation."
-        ),
-        click.option(
-            "--common-vocab", type=path, help="LAMA common vocabulary: restricts answers and outputs."
-        ),
-    ]
-    return functools.reduce(lambda g, opt: opt(g), reversed(options), f)
+_path = click.Path(exists=True, path_type=Path)
+dataset_options = stacked(
+    click.option("--lama", type=_path, help="LAMA data folder (relations.jsonl, TREx/, Google_RE/, ...)."),
+    click.option("--corpora", help="Comma-separated LAMA corpora [default: all present]."),
+    click.option("--lama-uhn", type=_path, help="LAMA-UHN folder (TREx_UHN/); templates from --relations."),
+    click.option("--relations", type=_path, help="relations.jsonl for --lama-uhn [default: --lama's]."),
+    click.option("--popqa", type=_path, help="PopQA TSV (or the derived dev/test JSON)."),
+    click.option("--split", default="test", show_default=True, help="Split of a derived PopQA JSON."),
+    click.option("--questions", type=_path, help="JSONL of {question, answers, subject?, relation?}."),
+    click.option(
+        "--per-relation", type=click.IntRange(min=1), help="Use only the first N facts of each relation."
+    ),
+    click.option("--common-vocab", type=_path, help="LAMA common vocabulary: restricts answers and outputs."),
+)
 
 
-def load_facts(
-    lama: Path | None,
-    corpora: str | None,
-    lama_uhn: Path | None,
-    relations: Path | None,
-    popqa: Path | None,
-    split: str,
-    questions: Path | None,
-    per_relation: int | None,
-) -> list[Any]:
-    from bertknn_search.eval import datasets
+def _facts(flags: dict[str, Any]) -> list[Any]:
+    """Read the datasets the flags name, taking their flags out of ``flags``."""
+    from bertknn_search.eval.datasets import read_facts
 
-    facts: list[Any] = []
-    if lama is not None:
-        facts += datasets.read_lama(lama, corpora.split(",") if corpora else None)
-    if lama_uhn is not None:
-        templates = relations or (lama / "relations.jsonl" if lama else None)
-        if templates is None:
-            raise ConfigError("--lama-uhn needs --relations (or --lama) for the cloze templates")
-        facts += datasets.read_lama_uhn(lama_uhn, templates)
-    if popqa is not None:
-        facts += datasets.read_popqa(popqa, split)
-    if questions is not None:
-        facts += datasets.read_questions_jsonl(questions)
-    if not facts:
+    data = {name: flags.pop(name) for name in DATASET_FLAGS}
+    if not any(data[name] for name in ("lama", "lama_uhn", "popqa", "questions")):
         raise click.UsageError("name a dataset: --lama, --lama-uhn, --popqa or --questions")
-    if per_relation:
-        seen: dict[tuple[str, str], int] = {}
-        kept = []
-        for fact in facts:
-            key = (fact.corpus, fact.relation)
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] <= per_relation:
-                kept.append(fact)
-        facts = kept
-    return facts
+    corpora = data.pop("corpora")
+    return read_facts(corpora=corpora.split(",") if corpora else None, **data)
 
 
-@main.group("eval")
+@click.group("eval")
 def eval_group() -> None:
-    """Measure answer quality as the paper does (P@1/5/10, macro over relations)."""
+    """Measure answer quality as the paper does (P@1/5/10, macro over relations).
+
+    Example: bertknn-search eval run --lama data/lama --out eval-out
+    """
 
 
 @eval_group.command("run")
@@ -102,26 +71,21 @@ def eval_group() -> None:
 )
 @click.option("--no-resume", is_flag=True, help="Start over instead of continuing an interrupted run.")
 @click.option(
-    "--no-article-wrong",
-    is_flag=True,
-    help="Count facts without a retrieved article as wrong (the reference's choice).",
+    "--no-article",
+    type=click.Choice(["skip", "wrong"]),
+    default="skip",
+    show_default=True,
+    help="Facts whose IR step finds no article: leave them out, or score them wrong (the reference's way).",
 )
-@click.option("--no-ir", is_flag=True, help="kNN over every context (the paper's no-IR ablation).")
-@click.option(
-    "--settings",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Tuned settings JSON (from 'eval grid').",
-)
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@no_progress_option
 @json_option
 @method_options
-@model_options
+@model_options(new_index=False)
 @index_options
 def eval_run(
     out: Path,
     no_resume: bool,
-    no_article_wrong: bool,
-    no_ir: bool,
+    no_article: str,
     settings: Path | None,
     no_progress: bool,
     as_json: bool,
@@ -134,16 +98,11 @@ def eval_run(
     """
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
+    from bertknn_search.output import render_eval_counts
     from bertknn_search.search import Searcher
 
-    data = {
-        k: flags.pop(k)
-        for k in ("lama", "corpora", "lama_uhn", "relations", "popqa", "split", "questions", "per_relation")
-    }
-    facts = load_facts(**data)
-    flags["use_ir"] = False if no_ir else None  # a method flag like the others: it wins over --settings
-    config = with_settings(make_config(**flags), settings, flags)
-    config = adopt_index(config, flags)
+    facts = _facts(flags)
+    config = session.open_index(flags, settings=settings).config
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:
@@ -154,7 +113,7 @@ def eval_run(
             out,
             common_vocab=vocab,
             resume=not no_resume,
-            no_article_wrong=no_article_wrong,
+            no_article_wrong=no_article == "wrong",
             progress=not no_progress,
         )
     finally:
@@ -163,14 +122,20 @@ def eval_run(
         click.echo(result.report["json"].read_text(encoding="utf-8"))
     else:
         click.echo(result.report["markdown"].read_text(encoding="utf-8"))
-        click.echo(f"{result.facts:,} facts ({result.computed:,} computed now); report in {out}")
+        click.echo(render_eval_counts(result.facts, result.scored, result.skipped, result.resumed, out))
+    if result.scored == 0:
+        click.echo(
+            "warning: no fact was scored, so every P@k is '–'; see the skipped reasons"
+            " (no-article: no article found; answer-not-one-token: not one token of the model's vocabulary)",
+            err=True,
+        )
 
 
 @eval_group.command("compare")
 @click.argument(
     "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
 )
-@click.option("-k", "k", type=click.IntRange(min=1), default=1, show_default=True, help="Which P@k to show.")
+@click.option("-k", "k", type=click.Choice(KS), default=KS[0], show_default=True, help="Which P@k to show.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here.")
 def eval_compare(runs: tuple[Path, ...], k: int, out: Path | None) -> None:
     """Put several 'eval run' reports in one table: the layer (10/11/12) and no-IR ablations.
@@ -205,11 +170,20 @@ def eval_compare(runs: tuple[Path, ...], k: int, out: Path | None) -> None:
     click.echo(table)
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter(f"expected comma-separated numbers, got {text!r}") from exc
+class NumberList(click.ParamType):
+    """Comma-separated numbers of one kind, e.g. ``1,2,3``."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.name = f"{kind.__name__},..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list):
+            return value
+        try:
+            return [self.kind(v) for v in str(value).split(",") if v.strip()]
+        except ValueError:
+            self.fail(f"expected comma-separated {self.kind.__name__}s, got {value!r}", param, ctx)
 
 
 @eval_group.command("grid")
@@ -221,20 +195,34 @@ def _floats(text: str) -> list[float]:
     show_default=True,
     help="Where the best setting is written.",
 )
-@click.option("--grid-n", default="1,2,3,4,5", show_default=True, help="Values of N (articles).")
-@click.option("--grid-lambda", default="0.2,0.3,0.4,0.5,0.6,0.7,0.8", show_default=True, help="Values of λ.")
-@click.option("--grid-k", default="64,128,512", show_default=True, help="Values of k.")
-@click.option("--grid-temperature", default="5,6,7,8,9,10,11,12", show_default=True, help="Values of l.")
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option(
+    "--grid-n", type=NumberList(int), default="1,2,3,4,5", show_default=True, help="Values of N (articles)."
+)
+@click.option(
+    "--grid-lambda",
+    type=NumberList(float),
+    default="0.2,0.3,0.4,0.5,0.6,0.7,0.8",
+    show_default=True,
+    help="Values of λ.",
+)
+@click.option("--grid-k", type=NumberList(int), default="64,128,512", show_default=True, help="Values of k.")
+@click.option(
+    "--grid-temperature",
+    type=NumberList(float),
+    default="0.5,1,2,3,4,5,6,7,8,9,10,11,12",
+    show_default=True,
+    help="Values of l: small ones suit small models (the demo's needs 1), 5-12 BERT-base.",
+)
+@no_progress_option
 @json_option
-@model_options
+@model_options(new_index=False)
 @index_options
 def eval_grid(
     out: Path,
-    grid_n: str,
-    grid_lambda: str,
-    grid_k: str,
-    grid_temperature: str,
+    grid_n: list[int],
+    grid_lambda: list[float],
+    grid_k: list[int],
+    grid_temperature: list[float],
     no_progress: bool,
     as_json: bool,
     common_vocab: Path | None,
@@ -242,28 +230,19 @@ def eval_grid(
 ) -> None:
     """Grid-search N, λ, k and l on a dev set for BERT-kNN P@1; write the best as a settings file.
 
-    The paper tuned on SQuAD + 305 ConceptNet facts. Use the file with 'query --settings'.
+    The paper tuned on SQuAD + 305 ConceptNet facts. Use the file with 'query --settings'. When several
+    settings tie, the first in grid order wins (the values listed first in each --grid-* list).
 
     Example: bertknn-search eval grid --lama data/lama --corpora SQuAD --out settings.json
     """
-    import json
-
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.grid import grid_search
+    from bertknn_search.output import render_grid
     from bertknn_search.search import Searcher
 
-    data = {
-        k: flags.pop(k)
-        for k in ("lama", "corpora", "lama_uhn", "relations", "popqa", "split", "questions", "per_relation")
-    }
-    facts = load_facts(**data)
-    grid = {
-        "n_articles": [int(v) for v in _floats(grid_n)],
-        "lam": _floats(grid_lambda),
-        "k": [int(v) for v in _floats(grid_k)],
-        "temperature": _floats(grid_temperature),
-    }
-    config = adopt_index(make_config(**flags), flags)
+    facts = _facts(flags)
+    grid = {"n_articles": grid_n, "lam": grid_lambda, "k": grid_k, "temperature": grid_temperature}
+    config = session.open_index(flags).config
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:
@@ -272,9 +251,4 @@ def eval_grid(
         )
     finally:
         searcher.close()
-    if as_json:
-        click.echo(json.dumps(result))
-    else:
-        click.echo(
-            f"best {result['best']}: BERT-kNN P@1 {result['score']:.4f}, {result['facts']} facts; wrote {out}"
-        )
+    click.echo(json.dumps(result) if as_json else render_grid(result, out))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,52 +105,17 @@ class Config:
 
         ``None`` overrides are ignored so that unset CLI flags fall back to the environment.
         """
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        from_env = {
-            "BERTKNN_INDEX": ("index", Path),
-            "BERTKNN_BACKEND": ("backend", str),
-            "BERTKNN_MODEL": ("model", str),
-            "BERTKNN_DEVICE": ("device", str),
-            "OPENSEARCH_URL": ("opensearch_url", str),
-            "OPENSEARCH_USER": ("opensearch_user", str),
-            "OPENSEARCH_PASSWORD": ("opensearch_password", str),
-            "OPENSEARCH_CA": ("opensearch_ca", Path),
-        }
-        for var, (name, kind) in from_env.items():
-            if env.get(var):
-                values[name] = kind(env[var])
-        if env.get("OPENSEARCH_VERIFY", "").lower() in {"0", "false", "no"}:
-            values["opensearch_verify"] = False
+        values = {name: value for name, (value, _) in env_settings(environ).items()}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
     def method_settings(self) -> dict[str, Any]:
-        """The query-time settings a tuned config file may set (see ``load_settings``)."""
+        """The query-time settings a tuned settings file may set (see ``read_settings_file``)."""
         return {name: getattr(self, name) for name in TUNABLE}
 
     def with_settings_file(self, path: Path) -> Config:
         """Apply a JSON file of tuned settings (as written by ``eval grid``)."""
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"settings file {path} must hold a JSON object of {sorted(TUNABLE)}")
-        unknown = set(data) - set(TUNABLE)
-        if unknown:
-            raise ConfigError(
-                f"settings file {path} has unknown keys {sorted(unknown)}; allowed: {sorted(TUNABLE)}"
-            )
-        for name, value in data.items():
-            kind = TUNABLE[name]
-            # 6 is a fine float, but "12" or 2.5 are not a k, and true (an int in Python) is only a bool.
-            accepted = (int, float) if kind is float else (kind,)
-            if isinstance(value, bool) != (kind is bool) or not isinstance(value, accepted):
-                raise ConfigError(
-                    f"settings file {path}: {name} must be a JSON {kind.__name__}, got {json.dumps(value)}"
-                )
-        return self.replace(**data)
+        return self.replace(**read_settings_file(path))
 
 
 # The settings a tuned file (from ``eval grid``) may set, with their JSON types.
@@ -162,3 +127,98 @@ TUNABLE: dict[str, type] = {
     "distance": str,
     "use_ir": bool,
 }
+
+# Flags whose name is not the field's with dashes.
+FLAGS = {"lam": "--lambda", "k": "-k", "use_ir": "--no-ir", "opensearch_verify": "--insecure"}
+
+# Settings-file keys are the flag names without dashes; each maps to (field, negated): "no-ir": true is
+# use_ir false. The field names (which eval grid wrote before) are accepted as well.
+SETTINGS_FLAGS: dict[str, tuple[str, bool]] = {
+    "n-articles": ("n_articles", False),
+    "k": ("k", False),
+    "temperature": ("temperature", False),
+    "lambda": ("lam", False),
+    "distance": ("distance", False),
+    "no-ir": ("use_ir", True),
+}
+SETTINGS_KEYS = {**SETTINGS_FLAGS, **{name: (name, False) for name in TUNABLE}}
+
+
+def flag_name(field_name: str) -> str:
+    """The command-line flag that sets Config field ``field_name`` (for messages)."""
+    return FLAGS.get(field_name, "--" + field_name.replace("_", "-"))
+
+
+def _switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"OPENSEARCH_VERIFY must be true or false, got {text!r}")
+
+
+# Environment variable -> (Config field, parser). A flag wins over its variable.
+ENV_VARS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "BERTKNN_INDEX": ("index", Path),
+    "BERTKNN_BACKEND": ("backend", str),
+    "BERTKNN_MODEL": ("model", str),
+    "BERTKNN_DEVICE": ("device", str),
+    "OPENSEARCH_URL": ("opensearch_url", str),
+    "OPENSEARCH_USER": ("opensearch_user", str),
+    "OPENSEARCH_PASSWORD": ("opensearch_password", str),
+    "OPENSEARCH_CA": ("opensearch_ca", Path),
+    "OPENSEARCH_VERIFY": ("opensearch_verify", _switch),
+}
+
+
+def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, tuple[Any, str]]:
+    """The Config fields the environment sets: field -> (value, the variable that set it).
+
+    Raises:
+        ConfigError: a variable holds a value its setting cannot take.
+    """
+    env = os.environ if environ is None else environ
+    return {name: (parse(env[var]), var) for var, (name, parse) in ENV_VARS.items() if env.get(var)}
+
+
+def read_settings_file(path: Path) -> dict[str, Any]:
+    """The Config fields a tuned settings file sets (keys may be flag names such as ``lambda``).
+
+    Raises:
+        ConfigError: the file cannot be read, is not a JSON object, has unknown keys, gives one setting
+            twice (``lambda`` and ``lam``), or a value of the wrong JSON type.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
+    allowed = ", ".join(SETTINGS_FLAGS)
+    if not isinstance(data, dict):
+        raise ConfigError(f"settings file {path} must hold a JSON object of settings ({allowed})")
+    unknown = set(data) - set(SETTINGS_KEYS)
+    if unknown:
+        raise ConfigError(f"settings file {path} has unknown keys {sorted(unknown)}; allowed: {allowed}")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name, negated = SETTINGS_KEYS[key]
+        kind = TUNABLE[name]
+        # 6 is a fine float, but "12" or 2.5 are not a k, and true (an int in Python) is only a bool.
+        accepted = (int, float) if kind is float else (kind,)
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, accepted):
+            raise ConfigError(
+                f"settings file {path}: {key} must be a JSON {kind.__name__}, got {json.dumps(value)}"
+            )
+        if name in values:
+            raise ConfigError(f"settings file {path} sets {name} twice; keep one of its keys")
+        values[name] = (not value) if negated else value
+    return values
+
+
+def settings_file_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Config field -> value, as a settings file spells it (the flag names: ``lambda``, ``no-ir``)."""
+    out = {}
+    for key, (name, negated) in SETTINGS_FLAGS.items():
+        if name in values:
+            out[key] = (not values[name]) if negated else values[name]
+    return out

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PUNCT = list(".,;:!?'\"()-")
@@ -126,3 +128,38 @@ def prepare_demo(out: Path) -> DemoFiles:
     write_corpus(corpus, facts)
     questions = [(f"{f.person.title()} was born in [MASK].", f.person.title()) for f in facts[:3]]
     return DemoFiles(model, corpus, questions)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """What ``run_demo`` did: the ingest summary, the answers, and the settings to query it again."""
+
+    summary: Any  # ingest.pipeline.IngestSummary
+    answers: list[Any]  # records.Answer
+    config: Any  # config.Config
+
+
+def run_demo(out: Path, progress: bool = True) -> DemoRun:
+    """Build the tiny model and corpus under ``out``, ingest them into ``out/index`` and ask the questions."""
+    from bertknn_search.ingest.pipeline import ingest
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+    from bertknn_search.session import resolve_config
+
+    files = prepare_demo(out)
+    index = out / "index"
+    if (index / "index.sqlite").exists():
+        # The demo owns this index and builds it in a second: start clean, so an index left by an older
+        # version (another schema) never stops the demo.
+        shutil.rmtree(index)
+    # The tiny random model's distances are ~100x smaller than BERT-base's; l=1 plays the role l=6
+    # plays there (the nearest context dominates). A real model uses the paper's l=6.
+    flags = {"model": str(files.model), "index": index, "device": "cpu", "max_length": 64, "temperature": 1.0}
+    config = resolve_config(flags).config
+    summary = ingest(files.corpus, config, progress=progress)
+    searcher = Searcher.open(config)
+    try:
+        answers = searcher.answer_batch([Question(q, s) for q, s in files.questions])
+    finally:
+        searcher.close()
+    return DemoRun(summary, answers, config)

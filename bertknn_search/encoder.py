@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,6 +42,87 @@ def place(device: str) -> Placement:
     return Placement(dev, torch.bfloat16 if dev.type == "cuda" else torch.float32)
 
 
+LOCAL, CACHE, HUB = "local", "cache", "hub"
+HUB_TIMEOUT_S = 3.0  # one quick look: a reachable hub answers well within it
+
+
+def locate_model(name: str, origin: str | None = None) -> str:
+    """Where the files of model ``name`` are: ``LOCAL`` (a folder), ``CACHE`` (the HF cache) or ``HUB``.
+
+    Disk comes first, so a local or cached model never touches the network. For a name that is neither,
+    one quick request tells whether the hub can be reached, instead of huggingface_hub's minute of retries.
+
+    Args:
+        name: a local path or an HF checkpoint name.
+        origin: where the name came from, for the message (e.g. "from --model").
+
+    Raises:
+        ModelLoadError: neither a local path nor cached, and the hub cannot be reached (or is not a name
+            the hub could hold).
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    said = f"model {name!r}" + (f" ({origin})" if origin else "")
+    if Path(name).exists():
+        return LOCAL
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError as exc:  # HFValidationError: "./models/x", "a/b/c" are paths, not hub names
+        raise ModelLoadError(f"cannot load {said}: no such folder (and not an HF model name)") from exc
+    if isinstance(cached, str):
+        return CACHE
+    why = hub_unreachable()
+    if why is not None:
+        raise ModelLoadError(
+            f"cannot load {said}: not a local path and not in the HF cache ({constants.HF_HUB_CACHE}), and"
+            f" the hub is unreachable ({why}); give a local path, or download it once where the hub is"
+            " reachable (it is then read from the cache)"
+        )
+    return HUB
+
+
+def hub_unreachable() -> str | None:
+    """Why the HF hub cannot be reached (offline mode, connection error), or None when it answers."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    request = urllib.request.Request(constants.ENDPOINT, method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=HUB_TIMEOUT_S):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered: a status code is not a network failure
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{constants.ENDPOINT}: {reason}"
+
+
+def model_max_length(name: str) -> int | None:
+    """The model's own input limit (max_position_embeddings) from its config on disk; None if not there.
+
+    Reads the JSON directly: ``stats`` should not wait for transformers to import.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    path: Any = Path(name) / "config.json"
+    if not path.is_file():
+        try:
+            path = try_to_load_from_cache(name, "config.json")
+        except ValueError:
+            return None
+    try:
+        limit = json.loads(Path(path).read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (TypeError, OSError, ValueError, AttributeError):
+        return None
+    return limit if isinstance(limit, int) else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class Encoder:
     """A masked language model loaded from an HF checkpoint name or a local path.
 
@@ -51,16 +136,16 @@ class Encoder:
         self.layer = layer
         self.requested_device = device
         self.max_length = max_length
+        self.source = locate_model(model)
         try:
             from transformers import AutoConfig, AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True)
-            self.model_config = AutoConfig.from_pretrained(model)
+            # On disk (a folder or the HF cache): never ask the hub, which retries for a minute offline.
+            offline = self.source != HUB
+            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True, local_files_only=offline)
+            self.model_config = AutoConfig.from_pretrained(model, local_files_only=offline)
         except (OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(
-                f"cannot load model {model!r}: {first} (give a local path or a cached HF name)"
-            ) from exc
+            raise ModelLoadError(f"cannot load model {model!r}: {_first_line(exc)}") from exc
         n_layers = int(getattr(self.model_config, "num_hidden_layers", 0))
         if not 1 <= layer <= n_layers:
             raise ModelLoadError(f"--layer {layer} is out of range: model {model!r} has {n_layers} layers")
@@ -108,18 +193,27 @@ class Encoder:
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         try:
-            model = AutoModelForMaskedLM.from_pretrained(
-                self.model_name, attn_implementation="sdpa", dtype=self.placement.dtype, **overrides
-            )
+            model = self._from_pretrained(AutoModelForMaskedLM, overrides)
         except (OSError, ValueError) as exc:
-            raise ModelLoadError(
-                f"cannot load weights of {self.model_name!r}: {exc}".splitlines()[0]
-            ) from exc
+            raise ModelLoadError(f"cannot load weights of {self.model_name!r}: {_first_line(exc)}") from exc
         finally:
             hf_logging.set_verbosity(verbosity)
             if bars:
                 hf_logging.enable_progress_bar()
         return model.to(self.placement.device).eval()
+
+    def _from_pretrained(self, loader: Any, overrides: dict[str, Any]) -> Any:
+        kwargs = {"attn_implementation": "sdpa", "dtype": self.placement.dtype, **overrides}
+        if self.source == HUB:
+            return loader.from_pretrained(self.model_name, **kwargs)
+        try:
+            return loader.from_pretrained(self.model_name, local_files_only=True, **kwargs)
+        except OSError:
+            # The cache may hold the tokenizer without the weights (a tokenizer was loaded once alone):
+            # fetch them when the hub answers, else report what is missing.
+            if self.source != CACHE or hub_unreachable() is not None:
+                raise
+            return loader.from_pretrained(self.model_name, **kwargs)
 
     @cached_property
     def trunk(self) -> Any:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from bertknn_search.config import settings_file_values
 from bertknn_search.records import Answer, IndexStats, Prediction
 
 
@@ -33,9 +36,15 @@ def render_answer(answer: Answer, top: int) -> str:
     if answer.subject:
         lines[0] += f"   (subject: {answer.subject})"
     if answer.articles:
+        titles = [a.title.lower() for a in answer.articles]
+        # Two articles may share a title (a subject matches both): their ids tell them apart.
+        named = [
+            f"{a.title} (id {a.id})" if titles.count(t) > 1 else a.title
+            for a, t in zip(answer.articles, titles)
+        ]
         arts = ", ".join(
-            f"{a.title} [own article]" if math.isinf(a.score) else f"{a.title} [{a.score:.2f}]"
-            for a in answer.articles
+            f"{name} [own article]" if math.isinf(a.score) else f"{name} [{a.score:.2f}]"
+            for name, a in zip(named, answer.articles)
         )
         lines.append(f"articles: {arts}")
     else:
@@ -63,7 +72,11 @@ def _cell(ranking: list[Prediction], i: int) -> str:
 
 
 def render_stats(stats: IndexStats) -> str:
+    """One line per value, labelled with the JSON key's words ("max_length" reads "max length")."""
     m = stats.meta
+    max_length = str(m.max_length)
+    if stats.model_max_length is not None and m.max_length >= stats.model_max_length:
+        max_length += " (capped at the model's limit)"
     rows = [
         ("backend", stats.backend),
         ("location", stats.location),
@@ -72,14 +85,32 @@ def render_stats(stats: IndexStats) -> str:
         ("contexts", f"{stats.contexts:,}"),
         ("model", m.model),
         ("layer", str(m.layer)),
-        ("dimension", str(m.dim)),
+        ("dim", str(m.dim)),
+        ("vocab size", f"{m.vocab_size:,}"),
         ("mask policy", m.mask_policy),
         ("store dtype", m.store_dtype),
+        ("max length", max_length),
         ("bytes on disk", f"{stats.bytes_on_disk:,} ({human_bytes(stats.bytes_on_disk)})"),
     ]
     if stats.contexts:
         rows.append(("bytes per context", f"{stats.bytes_on_disk / stats.contexts:,.0f}"))
     return "\n".join(f"{k:<18}{v}" for k, v in rows)
+
+
+def render_summary(summary: Any, verb: str) -> str:
+    """An ingest or add summary in one line, with the words of its JSON keys.
+
+    Args:
+        summary: an ``ingest.pipeline.IngestSummary``.
+        verb: "ingested" or "added".
+    """
+    s = summary
+    return (
+        f"{verb} {s.articles:,} articles ({s.replaced:,} replaced, {s.already_stored:,} already stored,"
+        f" {s.empty:,} empty skipped, {s.duplicates:,} duplicate ids): {s.sentences:,} sentences,"
+        f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s)"
+        f" into {s.location}"
+    )
 
 
 def human_bytes(n: float) -> str:
@@ -88,3 +119,32 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def render_eval_counts(facts: int, scored: int, skipped: Mapping[str, int], resumed: int, out: Path) -> str:
+    """What an evaluation read, scored and left out (by reason), and what came from an earlier run."""
+    reasons = ", ".join(f"{n:,} {reason}" for reason, n in skipped.items())
+    line = f"{facts:,} facts read: {scored:,} scored, {sum(skipped.values()):,} skipped"
+    line += f" ({reasons})" if reasons else ""
+    if resumed:
+        line += f"; {resumed:,} read back from the earlier run in {out} (--no-resume starts over)"
+    return f"{line}; report in {out}"
+
+
+def render_grid(result: Mapping[str, Any], out: Path) -> str:
+    """The best setting of ``eval grid``, its P@1 in percent, what it was scored on and how ties went."""
+    best = ", ".join(f"{key} {value:g}" for key, value in settings_file_values(result["best"]).items())
+    skipped = result.get("skipped", {})
+    reasons = ", ".join(f"{n:,} {reason}" for reason, n in skipped.items())
+    lines = [
+        f"best of {len(result['grid']):,} settings: {best}: BERT-kNN P@1 {100 * result['score']:.1f}%"
+        f" on {result['facts']:,} of {result.get('read', result['facts']):,} facts"
+        + (f" (skipped: {reasons})" if reasons else ""),
+    ]
+    if result.get("ties", 1) > 1:
+        lines.append(
+            f"{result['ties']:,} settings tie at this score; the first in grid order was taken"
+            " (the values listed first in each --grid-* list)"
+        )
+    lines.append(f"wrote {out}; use it with: bertknn-search query --settings {out}")
+    return "\n".join(lines)

@@ -88,6 +88,7 @@ class IndexStats:
     # Contexts an eager index of the same articles would hold: exact when eager, else extrapolated from
     # the encoded articles' contexts per character of text (0 until one is encoded).
     estimated_contexts: int = 0
+    model_max_length: int | None = None  # the model's own input limit, where its config is on disk here
 
 
 @dataclass(frozen=True)

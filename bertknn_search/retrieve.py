@@ -23,10 +23,14 @@ def ir_query(question: Question) -> str:
 
 
 def retrieve(backend: Backend, question: Question, n: int) -> list[ArticleHit]:
-    """The subject's own article when its title matches exactly, else the BM25 top ``n``."""
+    """The subject's own article when its title matches exactly, else the BM25 top ``n``.
+
+    Several articles may carry the subject's title (two inputs, one title): all of them, up to ``n``, are
+    the subject's own, so all are searched rather than one picked by id.
+    """
     if question.subject:
-        own = backend.find_title(question.subject)
-        if own is not None:
-            return [own]
+        own = backend.find_titles(question.subject, n)
+        if own:
+            return own
     query = ir_query(question)
     return backend.search_articles(query, n) if query else []

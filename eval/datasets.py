@@ -283,3 +283,50 @@ def read_popqa(path: Path, split: str = "test") -> list[Fact]:
         )
         for r in popqa.read_rows(Path(path), split)
     ]
+
+
+def read_facts(
+    *,
+    lama: Path | None = None,
+    corpora: Sequence[str] | None = None,
+    lama_uhn: Path | None = None,
+    relations: Path | None = None,
+    popqa: Path | None = None,
+    split: str = "test",
+    questions: Path | None = None,
+    per_relation: int | None = None,
+) -> list[Fact]:
+    """Every fact of the datasets named, in that order; ``per_relation`` keeps the first N of each relation.
+
+    Args:
+        lama: LAMA's data folder; ``corpora`` picks some of its corpora (default: all present).
+        lama_uhn: LAMA-UHN's folder; its templates come from ``relations`` (default: ``lama``'s).
+        popqa: the PopQA TSV or a derived JSON, of which ``split`` is read.
+        questions: plain JSONL facts.
+
+    Raises:
+        ConfigError: LAMA-UHN without templates.
+        InputFormatError: a file that cannot be read as its layout.
+    """
+    facts: list[Fact] = []
+    if lama is not None:
+        facts += read_lama(lama, corpora)
+    if lama_uhn is not None:
+        templates = relations or (lama / "relations.jsonl" if lama else None)
+        if templates is None:
+            raise ConfigError("--lama-uhn needs --relations (or --lama) for the cloze templates")
+        facts += read_lama_uhn(lama_uhn, templates)
+    if popqa is not None:
+        facts += read_popqa(popqa, split)
+    if questions is not None:
+        facts += read_questions_jsonl(questions)
+    if per_relation:
+        seen: dict[tuple[str, str], int] = {}
+        kept = []
+        for fact in facts:
+            key = (fact.corpus, fact.relation)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] <= per_relation:
+                kept.append(fact)
+        facts = kept
+    return facts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from bertknn_search.config import Config
+from bertknn_search.config import Config, settings_file_values
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.harness import Prepared, batches, prepare, vocab_mask
+from bertknn_search.eval.metrics import NO_ARTICLE
 from bertknn_search.knn import knn_probs
 from bertknn_search.records import Neighbors
 from bertknn_search.search import Searcher
@@ -69,7 +70,10 @@ def grid_search(
         progress: show a progress bar.
 
     Returns:
-        ``{"best": settings, "score": P@1, "facts": scored facts, "grid": [settings + score, ...]}``.
+        ``{"best": settings, "score": P@1, "facts": scored facts, "read": facts read, "skipped": reason ->
+        count, "ties": settings sharing the best score, "grid": [settings + score, ...]}``. Settings are
+        keyed by Config field; the file written spells them as the flags (``lambda``, ``n-articles``).
+        Among tied settings the first in grid order wins (the values listed first).
 
     Raises:
         ConfigError: an unknown key, an empty value list, a value ``Config`` rejects, or no scorable fact.
@@ -77,7 +81,7 @@ def grid_search(
     config = config or searcher.config
     values = _grid_values(grid, config)
     allowed = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
-    ready, _ = prepare(searcher, facts, allowed)
+    ready, unscorable = prepare(searcher, facts, allowed)
     shape = tuple(len(v) for v in values.values())
     hits = np.zeros((*shape, len(ready)), dtype=bool)
     scored = np.zeros(len(ready), dtype=bool)
@@ -89,8 +93,12 @@ def grid_search(
                 scored[j] = _fact_hits(searcher, item, state, pb, values, config, allowed, hits[..., j])
                 j += 1
             bar.update(len(batch))
+    skipped = Counter(reason for _, reason in unscorable)
+    if (~scored).any():
+        skipped[NO_ARTICLE] = int((~scored).sum())
     if not scored.any():
-        raise ConfigError("no tuning fact could be scored (no one-token answers or no retrieved contexts)")
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
+        raise ConfigError(f"no tuning fact could be scored: {len(facts)} read, all skipped ({reasons})")
     scores = _macro(hits[..., scored], [p.fact for p, s in zip(ready, scored) if s])
     table = [
         {**dict(zip(GRID_KEYS, combo)), "score": float(scores[index])}
@@ -101,8 +109,16 @@ def grid_search(
     settings = {key: best[key] for key in GRID_KEYS}
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    result = {"best": settings, "score": best["score"], "facts": int(scored.sum()), "grid": table}
+    out_path.write_text(json.dumps(settings_file_values(settings), indent=2) + "\n", encoding="utf-8")
+    result = {
+        "best": settings,
+        "score": best["score"],
+        "facts": int(scored.sum()),
+        "read": len(facts),
+        "skipped": dict(sorted(skipped.items())),
+        "ties": sum(row["score"] == best["score"] for row in table),
+        "grid": table,
+    }
     out_path.with_name(out_path.stem + ".grid.json").write_text(
         json.dumps(result, indent=2) + "\n", encoding="utf-8"
     )

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Collection, Iterator, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from bertknn_search.config import Config
+from bertknn_search.config import Config, flag_name
 from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
@@ -41,8 +42,9 @@ class EvalResult:
         scores: macro-averaged P@k per relation, corpus and aggregate.
         report: the report files, by name (see ``report.write_report``).
         checkpoint: the per-fact JSONL (one line per fact, with the top words of each model).
-        facts: facts evaluated.
-        computed: facts computed in this call; the others came from the checkpoint.
+        facts: facts read.
+        computed: facts ranked by the model in this call.
+        resumed: facts whose result was read back from the checkpoint of an earlier call.
     """
 
     scores: MacroResult
@@ -50,6 +52,20 @@ class EvalResult:
     checkpoint: Path
     facts: int
     computed: int
+    resumed: int = 0
+
+    @property
+    def scored(self) -> int:
+        """Facts that entered the averages."""
+        return sum(s.scored for s in self.scores.corpora)
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Reason -> facts left out of the averages."""
+        counts: Counter[str] = Counter()
+        for s in self.scores.corpora:
+            counts.update(s.skipped)
+        return dict(sorted(counts.items()))
 
 
 @dataclass(frozen=True)
@@ -142,6 +158,7 @@ def evaluate(
     allowed = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
     run = _run_settings(searcher, config, allowed)
     done = _open_checkpoint(out_dir, run, resume)
+    resumed = sum(f.key in done for f in facts)
     ready, skipped = prepare(searcher, facts, allowed)
     todo = [p for p in ready if p.fact.key not in done]
     path = out_dir / CHECKPOINT
@@ -162,7 +179,7 @@ def evaluate(
     scores = macro_average(rows, no_article_wrong=no_article_wrong)
     meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong}
     report = write_report(scores, out_dir, meta)
-    return EvalResult(scores, report, path, len(facts), len(todo))
+    return EvalResult(scores, report, path, len(facts), len(todo), resumed)
 
 
 def _rank_batch(
@@ -232,15 +249,31 @@ def _run_settings(searcher: Searcher, config: Config, allowed: np.ndarray | None
     }
 
 
+def _differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between two runs' settings, one "name was X, now Y" each, named as the flags are."""
+
+    def flat(run: Mapping[str, Any]) -> dict[str, Any]:
+        settings = {flag_name(k): v for k, v in run.get("settings", {}).items()}
+        return {**{k: v for k, v in run.items() if k != "settings"}, **settings}
+
+    old, new = flat(before), flat(now)
+    return [
+        f"{name} was {json.dumps(old.get(name))}, now {json.dumps(new.get(name))}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]
+
+
 def _open_checkpoint(out_dir: Path, run: dict[str, Any], resume: bool) -> dict[str, dict[str, Any]]:
     """The checkpoint lines already written for ``run``, by fact key; a torn last line is cut off."""
     path, run_path = out_dir / CHECKPOINT, out_dir / RUN_FILE
     if resume and path.exists() and run_path.exists():
         previous = json.loads(run_path.read_text(encoding="utf-8"))
-        if previous != json.loads(json.dumps(run)):
+        changed = _differences(previous, json.loads(json.dumps(run)))
+        if changed:
             raise ConfigError(
-                f"{out_dir} holds results for other settings ({previous['settings']});"
-                " use another output folder or turn resume off"
+                f"{out_dir} holds results of a run with other settings ({'; '.join(changed)});"
+                " pass --no-resume to start over there, or use another --out"
             )
         data = path.read_bytes()
         end = data.rfind(b"\n") + 1
@@ -250,7 +283,7 @@ def _open_checkpoint(out_dir: Path, run: dict[str, Any], resume: bool) -> dict[s
         try:
             lines = [json.loads(text) for text in data[:end].decode("utf-8").splitlines() if text.strip()]
         except ValueError as exc:
-            raise InputFormatError(f"{path} is damaged ({exc}); delete it or turn resume off") from exc
+            raise InputFormatError(f"{path} is damaged ({exc}); delete it or pass --no-resume") from exc
         return {line["key"]: line for line in lines}
     path.unlink(missing_ok=True)
     run_path.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")

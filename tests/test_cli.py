@@ -33,7 +33,8 @@ def test_ingest_query_stats_round_trip(base_config: Config, corpus: Path, tmp_pa
     )
     assert r.exit_code == 0, r.output
     assert r.output.startswith(
-        "ingested 20 articles (0 already stored, 0 empty skipped): 60 sentences, 500 contexts"
+        "ingested 20 articles (0 replaced, 0 already stored, 0 empty skipped, 0 duplicate ids):"
+        " 60 sentences, 500 contexts"
     )
 
     r = run("stats", "--index", index, "--json")
@@ -63,6 +64,10 @@ def test_ingest_query_stats_round_trip(base_config: Config, corpus: Path, tmp_pa
 
     r = run("stats", "--index", index)
     assert "contexts          500" in r.output and "bytes per context" in r.output
+    # The text says what the JSON says, in the JSON's words; 64 is the tiny model's own limit.
+    assert f"dim               {stats['meta']['dim']}\n" in r.output
+    assert "max length        64 (capped at the model's limit)\n" in r.output
+    assert stats["model_max_length"] == 64
 
 
 def test_batch_questions_from_stdin(built_index: Config) -> None:
@@ -78,7 +83,8 @@ def test_add_then_query(index_copy: Config, tmp_path: Path) -> None:
     new.write_text(
         json.dumps({"id": "900", "title": "Gorvash", "text": "Gorvash was born in Yentil."}) + "\n"
     )
-    r = run("add", new, "--index", index_copy.index, "--no-progress", "--json")
+    r = run("add", new, "--index", index_copy.index, "--json")
+    assert r.stderr == ""  # JSON is for scripts: no progress bar on stderr
     assert json.loads(r.output)["articles"] == 1
     r = run(
         "query", "Gorvash was born in [MASK].", "--subject", "Gorvash", "--json", "--index", index_copy.index
@@ -145,13 +151,31 @@ def test_demo_runs_offline(tmp_path: Path) -> None:
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     again = run("demo", "--dir", tmp_path / "demo", "--no-progress")
     assert again.exit_code == 0, again.output
-    assert "ingested 20 articles (0 already stored" in again.output
+    assert "ingested 20 articles (0 replaced, 0 already stored" in again.output
 
 
 def test_every_command_has_help_with_an_example() -> None:
-    for path in (["ingest", "wiki"], ["add"], ["query"], ["stats"], ["demo"]):
+    for path in (["ingest"], ["ingest", "wiki"], ["add"], ["query"], ["stats"], ["eval"], ["demo"]):
         r = run(*path, "--help")
         assert r.exit_code == 0 and "Example: bertknn-search" in r.output, path
+
+
+def help_of(*path: str, option: str) -> str:
+    """The help text of one option, joined across click's wrapped lines."""
+    text = " ".join(run(*path, "--help").output.split())
+    start = text.index(f"{option} ")
+    following = [text.find(f" --{o}", start + len(option)) for o in ("device", "batch-size", "index", "help")]
+    return text[start : min(i for i in following if i > 0)]
+
+
+def test_help_names_the_index_defaults_and_the_variables() -> None:
+    for path in (["query"], ["add"], ["eval", "run"]):
+        layer = help_of(*path, option="--layer")
+        assert "the index's" in layer and "11" not in layer, (path, layer)
+        assert "env BERTKNN_MODEL" in help_of(*path, option="--model"), path
+        assert "env BERTKNN_DEVICE" in help_of(*path, option="--device"), path
+    assert "11 for a new index" in help_of("ingest", "wiki", option="--layer")
+    assert "OPENSEARCH_VERIFY" in run("stats", "--help").output
 
 
 def test_ingest_again_takes_the_encoding_settings_from_the_index(
@@ -228,3 +252,67 @@ def test_flags_win_over_the_settings_file(built_index: Config, tmp_path: Path) -
     assert tuned["n_neighbors"] == 5 and tuned["articles"]
     flagged = json.loads(run("query", *common, "--no-ir", "-k", "7").output)
     assert flagged["n_neighbors"] == 7 and flagged["articles"] == []
+
+
+def test_model_from_the_variable_is_made_absolute_like_the_flag(
+    base_config: Config, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = Path(base_config.model)
+    monkeypatch.chdir(model.parent)
+    index = tmp_path / "idx"
+    r = CliRunner(env={"BERTKNN_MODEL": model.name}).invoke(
+        main, ["ingest", "wiki", str(corpus), "--index", str(index), "--max-length", "64", "--no-progress"]
+    )
+    assert r.exit_code == 0, r.output
+    # Recorded absolute, the index works from any other directory.
+    monkeypatch.chdir(tmp_path)
+    assert json.loads(run("stats", "--index", index, "--json").output)["meta"]["model"] == str(
+        model.resolve()
+    )
+
+
+@pytest.mark.reliability
+def test_model_from_the_variable_must_match_the_index(built_index: Config, tmp_path: Path) -> None:
+    from bertknn_search.demo import build_tiny_model
+
+    other = build_tiny_model(tmp_path / "other-model", hidden=32)
+    r = CliRunner(env={"BERTKNN_MODEL": str(other)}).invoke(
+        main, ["query", "a [MASK].", "--index", str(built_index.index)]
+    )
+    line = one_line_error(r)
+    assert line.startswith(f"Error: index at {built_index.index} was built with model=")
+    assert line.endswith(
+        f"not {str(other)!r} (from BERTKNN_MODEL); unset BERTKNN_MODEL or use another --index"
+    )
+
+
+def test_a_subject_whose_title_two_articles_share_searches_both(index_copy: Config, tmp_path: Path) -> None:
+    new = tmp_path / "new.jsonl"
+    new.write_text(
+        json.dumps({"id": "900", "title": "ZORBLAT", "text": "Zorblat was born in Yentil."}) + "\n"
+    )
+    assert run("add", new, "--index", index_copy.index, "--no-progress").exit_code == 0
+    question = ["query", "Zorblat was born in [MASK].", "--subject", "Zorblat", "--index", index_copy.index]
+    answer = json.loads(run(*question, "--json").output)
+    assert [a["id"] for a in answer["articles"]] == ["100", "900"]
+    assert "articles: Zorblat (id 100) [own article], ZORBLAT (id 900) [own article]" in run(*question).output
+    # N caps them like any IR result: with -n 1 the lowest id alone.
+    one = json.loads(run(*question, "--n-articles", "1", "--json").output)
+    assert [a["id"] for a in one["articles"]] == ["100"]
+
+
+def test_settings_file_takes_the_flag_names(built_index: Config, tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"lambda": 1.0, "no-ir": True, "n-articles": 2, "k": 5}))
+    common = ["Zorblat was born in [MASK].", "--index", built_index.index, "--json"]
+    answer = json.loads(run("query", *common, "--settings", path).output)
+    assert answer["n_neighbors"] == 5 and answer["articles"] == []
+    assert answer["bert_knn"] == answer["knn"]  # λ = 1: kNN alone
+    path.write_text(json.dumps({"lambda": 0.5, "lam": 0.5}))
+    line = one_line_error(run("query", *common, "--settings", path))
+    assert line == f"Error: settings file {path} sets lam twice; keep one of its keys"
+    path.write_text(json.dumps({"lamda": 0.5}))
+    line = one_line_error(run("query", *common, "--settings", path))
+    assert line.endswith(
+        "unknown keys ['lamda']; allowed: n-articles, k, temperature, lambda, distance, no-ir"
+    )

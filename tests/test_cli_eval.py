@@ -57,7 +57,47 @@ def test_eval_run_writes_the_report_and_resumes(
     assert [line["ranks"]["bert_knn"] for line in born] == [1] * len(facts)
     assert [line["top"]["bert_knn"][0] for line in born] == [f.city for f in facts]
     again = CliRunner().invoke(main, [*args, "--temperature", "1", "--no-progress"])
-    assert again.exit_code == 0 and f"{2 * len(facts)} facts (0 computed now)" in again.output
+    assert again.exit_code == 0, again.output
+    n = 2 * len(facts)
+    assert again.stdout.splitlines()[-1] == (
+        f"{n} facts read: {n} scored, 0 skipped; {n} read back from the earlier run in {out}"
+        f" (--no-resume starts over); report in {out}"
+    )
+    # Other settings on the same folder: only what differs, and the flag that starts over.
+    changed = CliRunner().invoke(main, [*args, "--temperature", "2", "--no-progress"])
+    assert changed.exit_code == 1
+    assert changed.output == (
+        f"Error: {out} holds results of a run with other settings (--temperature was 1.0, now 2.0);"
+        " pass --no-resume to start over there, or use another --out\n"
+    )
+    fresh = CliRunner().invoke(main, [*args, "--temperature", "2", "--no-progress", "--no-resume"])
+    assert fresh.stdout.splitlines()[-1] == f"{n} facts read: {n} scored, 0 skipped; report in {out}"
+
+
+def test_eval_run_says_when_nothing_is_scored(built_index: Config, tmp_path: Path) -> None:
+    questions = tmp_path / "q.jsonl"
+    rows = [{"question": "Zorblat was born in [MASK].", "answers": ["unknown"], "relation": "r"}] * 3
+    rows += [{"question": "Qqq worked as a [MASK].", "answers": ["poet"], "subject": "Qqq", "relation": "r"}]
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    base = ["eval", "run", "--questions", str(questions), "--index", str(built_index.index), "--no-progress"]
+    r = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1] == (
+        "4 facts read: 0 scored, 4 skipped (3 answer-not-one-token, 1 no-article);"
+        f" report in {tmp_path / 'out'}"
+    )
+    assert r.stderr.startswith("warning: no fact was scored, so every P@k is '–'")
+    # Scored as wrong, the no-article fact counts: P@k is 0, not '–'.
+    wrong = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "wrong"), "--no-article", "wrong"])
+    assert "4 facts read: 1 scored, 3 skipped (3 answer-not-one-token)" in wrong.stdout
+    assert wrong.stderr == ""
+    old = CliRunner().invoke(main, [*base, "--no-article-wrong"])
+    assert old.exit_code == 2 and "No such option '--no-article-wrong'" in old.output
+
+
+def test_eval_compare_offers_only_the_computed_k(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["eval", "compare", str(tmp_path), "-k", "3"])
+    assert r.exit_code == 2 and "'3' is not one of '1', '5', '10'" in r.output
 
 
 def test_eval_grid_writes_settings_the_query_command_reads(
@@ -85,7 +125,15 @@ def test_eval_grid_writes_settings_the_query_command_reads(
     )
     assert r.exit_code == 0, r.output
     best = json.loads(settings.read_text())
-    assert set(best) <= {"n_articles", "k", "temperature", "lam"} and best["temperature"] in (0.5, 6.0)
+    assert set(best) == {"n-articles", "k", "temperature", "lambda"} and best["temperature"] in (0.5, 6.0)
+    grid = json.loads((tmp_path / "settings.grid.json").read_text())
+    score = f"{100 * grid['score']:.1f}%"
+    assert r.output.splitlines()[0] == (
+        f"best of 16 settings: n-articles {best['n-articles']}, k {best['k']}, temperature"
+        f" {best['temperature']:g}, lambda {best['lambda']:g}: BERT-kNN P@1 {score} on 20 of 20 facts"
+    )
+    if grid["ties"] > 1:  # the rule that picked one of them is said
+        assert r.output.splitlines()[1].startswith(f"{grid['ties']} settings tie at this score; the first")
     q = CliRunner().invoke(
         main,
         [
@@ -150,3 +198,22 @@ def test_eval_compare_writes_into_a_new_folder(
     r = CliRunner().invoke(main, ["eval", "compare", str(tmp_path / "r"), "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_text().startswith("# BERT-kNN runs compared")
+
+
+def test_eval_grid_tries_the_small_temperatures_small_models_need(
+    built_index: Config, facts: list[Fact], tmp_path: Path
+) -> None:
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions, facts[:3])
+    settings = tmp_path / "settings.json"
+    r = CliRunner().invoke(
+        main,
+        [
+            *("eval", "grid", "--questions", str(questions), "--out", str(settings), "--json"),
+            *("--index", str(built_index.index), "--no-progress"),
+            *("--grid-n", "1", "--grid-lambda", "0.3", "--grid-k", "8"),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    temperatures = [row["temperature"] for row in json.loads(r.output)["grid"]]
+    assert 1.0 in temperatures and 6.0 in temperatures

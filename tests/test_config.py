@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from bertknn_search.config import CPU_BATCH, GPU_BATCH, Config
+from bertknn_search.config import (
+    CPU_BATCH,
+    GPU_BATCH,
+    Config,
+    env_settings,
+    read_settings_file,
+    settings_file_values,
+)
 from bertknn_search.errors import ConfigError
 
 
@@ -25,3 +35,23 @@ def test_batch_size_follows_the_device_unless_given() -> None:
 def test_out_of_range_settings_are_config_errors(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Config(**settings)  # type: ignore[arg-type]
+
+
+def test_environment_variables_and_their_origin() -> None:
+    env = {"BERTKNN_MODEL": "m", "OPENSEARCH_VERIFY": "false", "BERTKNN_DEVICE": ""}
+    assert env_settings(env) == {
+        "model": ("m", "BERTKNN_MODEL"),
+        "opensearch_verify": (False, "OPENSEARCH_VERIFY"),
+    }
+    assert Config.from_env(env, model="flag").model == "flag"
+    with pytest.raises(ConfigError, match="OPENSEARCH_VERIFY must be true or false, got 'maybe'"):
+        env_settings({"OPENSEARCH_VERIFY": "maybe"})
+
+
+def test_a_settings_file_reads_back_what_it_was_written_as(tmp_path: Path) -> None:
+    values = {"n_articles": 2, "k": 64, "temperature": 1.0, "lam": 0.5, "use_ir": False}
+    written = settings_file_values(values)
+    assert written == {"n-articles": 2, "k": 64, "temperature": 1.0, "lambda": 0.5, "no-ir": True}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(written))
+    assert read_settings_file(path) == values

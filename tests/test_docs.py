@@ -8,17 +8,18 @@ import click
 from click.testing import CliRunner
 
 from bertknn_search.cli import main
+from bertknn_search.config import ENV_VARS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and group under ``group``, as the words that name it."""
     found = []
     for name, cmd in group.commands.items():
+        found.append((*prefix, name))
         if isinstance(cmd, click.Group):
             found += commands(cmd, (*prefix, name))
-        else:
-            found.append((*prefix, name))
     return found
 
 
@@ -39,3 +40,9 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme() -> None:
         assert result.exit_code == 0, path
         assert "Example: bertknn-search " in result.output, path
         assert f"bertknn-search {' '.join(path)}" in readme, path
+
+
+def test_every_environment_variable_is_documented() -> None:
+    readme = README.read_text(encoding="utf-8")
+    for var in ENV_VARS:
+        assert f"`{var}`" in readme, var

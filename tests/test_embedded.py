@@ -108,9 +108,8 @@ def test_readding_replaces_instead_of_duplicating(backend: EmbeddedBackend) -> N
 
 
 def test_find_title_is_case_insensitive(backend: EmbeddedBackend) -> None:
-    hit = backend.find_title("  zorBLAT ")
-    assert hit is not None and (hit.id, hit.title) == ("1", "Zorblat")
-    assert backend.find_title("Farrowby") is None
+    assert [(hit.id, hit.title) for hit in backend.find_titles("  zorBLAT ", 3)] == [("1", "Zorblat")]
+    assert backend.find_titles("Farrowby", 3) == []
 
 
 def test_search_ranks_by_lucene_bm25_with_bigrams(backend: EmbeddedBackend) -> None:

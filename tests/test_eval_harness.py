@@ -97,6 +97,8 @@ def test_evaluate_counts_what_it_skips(
     job = result.scores.relations[1]
     assert (job.name, job.facts, job.scored, job.no_article) == ("job", 14, 10, 1)
     assert job.skipped == {BAD_QUESTION: 1, NO_ARTICLE: 1, NOT_ONE_TOKEN: 2}
+    assert (result.facts, result.scored, result.resumed) == (24, 20, 0)
+    assert result.skipped == {BAD_QUESTION: 1, NO_ARTICLE: 1, NOT_ONE_TOKEN: 2}
     lines = {line["key"]: line for line in checkpoint(result.checkpoint)}
     assert len(lines) == 24
     assert (
@@ -118,7 +120,7 @@ def test_evaluate_resumes_after_a_crash(
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     path.write_text("".join(lines[:7]) + lines[7][:15], encoding="utf-8")  # a crash mid-write
     again = evaluate(searcher, scorable, built_index, tmp_path, batch_size=4)
-    assert again.computed == 13
+    assert (again.computed, again.resumed) == (13, 7)
     assert again.scores == first.scores
     # One whole line per fact again, equal to the uninterrupted run's (lines 8-20 recomputed, in any order).
     assert len(checkpoint(path)) == 20
@@ -131,8 +133,13 @@ def test_evaluate_refuses_a_checkpoint_of_other_settings(
     searcher: Searcher, built_index: Config, scorable, tmp_path
 ):
     evaluate(searcher, scorable[:2], built_index, tmp_path)
-    with pytest.raises(ConfigError, match=r"holds results for other settings .*'lam': 0.3.*turn resume off$"):
-        evaluate(searcher, scorable[:2], built_index.replace(lam=0.5), tmp_path)
+    with pytest.raises(ConfigError) as err:
+        evaluate(searcher, scorable[:2], built_index.replace(lam=0.5, k=64), tmp_path)
+    # Only what differs, named as the flags are, and the flag that starts over.
+    assert str(err.value) == (
+        f"{tmp_path} holds results of a run with other settings (--lambda was 0.3, now 0.5; -k was 128,"
+        " now 64); pass --no-resume to start over there, or use another --out"
+    )
     assert (
         evaluate(searcher, scorable[:2], built_index.replace(lam=0.5), tmp_path, resume=False).computed == 2
     )
@@ -155,9 +162,18 @@ def test_grid_search_scores_equal_evaluate(searcher: Searcher, built_index: Conf
     grid = {"lam": [0.0, 0.3, 1.0], "temperature": [0.5, 6.0], "k": [4, 128]}
     out = tmp_path / "best.json"
     result = grid_search(searcher, scorable + UNSCORABLE, grid, out)
-    assert len(result["grid"]) == 12 and result["facts"] == 20
+    assert len(result["grid"]) == 12 and (result["facts"], result["read"]) == (20, 24)
+    assert result["skipped"] == {BAD_QUESTION: 1, NO_ARTICLE: 1, NOT_ONE_TOKEN: 2}
     assert result["score"] == max(row["score"] for row in result["grid"])
-    assert json.loads(out.read_text(encoding="utf-8")) == result["best"]
+    assert result["ties"] == sum(row["score"] == result["score"] for row in result["grid"]) >= 1
+    # The file spells the settings as the flags do.
+    best = result["best"]
+    assert json.loads(out.read_text(encoding="utf-8")) == {
+        "n-articles": best["n_articles"],
+        "k": best["k"],
+        "temperature": best["temperature"],
+        "lambda": best["lam"],
+    }
     assert json.loads((tmp_path / "best.grid.json").read_text(encoding="utf-8")) == result
     tuned = built_index.with_settings_file(out)
     assert {key: getattr(tuned, key) for key in result["best"]} == result["best"]
@@ -184,7 +200,8 @@ def test_grid_search_rejects_bad_grids(searcher: Searcher, scorable, tmp_path, g
 
 
 def test_grid_search_needs_a_scorable_fact(searcher: Searcher, tmp_path):
-    with pytest.raises(ConfigError, match="no tuning fact could be scored"):
+    reasons = r"\(2 answer-not-one-token, 1 bad-question, 1 no-article\)$"
+    with pytest.raises(ConfigError, match=r"^no tuning fact could be scored: 4 read, all skipped " + reasons):
         grid_search(searcher, UNSCORABLE, {"lam": [0.3]}, tmp_path / "best.json")
 
 
@@ -192,5 +209,5 @@ def test_evaluate_reports_a_damaged_checkpoint(searcher: Searcher, built_index: 
     first = evaluate(searcher, scorable[:3], built_index, tmp_path)
     lines = first.checkpoint.read_text(encoding="utf-8").splitlines(keepends=True)
     first.checkpoint.write_text(lines[0] + "{not json\n" + lines[1], encoding="utf-8")
-    with pytest.raises(InputFormatError, match=r"facts.jsonl is damaged .*; delete it or turn resume off$"):
+    with pytest.raises(InputFormatError, match=r"facts.jsonl is damaged .*; delete it or pass --no-resume$"):
         evaluate(searcher, scorable[:3], built_index, tmp_path)

@@ -257,8 +257,8 @@ def test_search_body_matches_unigrams_and_bigrams() -> None:
 
 
 def test_title_body() -> None:
-    assert bodies.title_body("  Café NOIR ") == {
-        "size": 1,
+    assert bodies.title_body("  Café NOIR ", 3) == {
+        "size": 3,
         "query": {"term": {"title.key": "café noir"}},
         "sort": [{"id": "asc"}],
         "_source": ["title"],

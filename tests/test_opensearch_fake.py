@@ -168,9 +168,14 @@ def test_last_copy_of_an_id_in_one_batch_wins(backend: OpenSearchBackend, config
 
 def test_reads(backend: OpenSearchBackend) -> None:
     backend.add_articles([*ARTICLES, article("0", "quimby", "A second Quimby, a village.", 1, "z0")])
-    assert backend.find_title("QUIMBY") == ArticleHit("0", "quimby", float("inf"))  # lowest id of two
-    assert backend.find_title("Flarn river") == ArticleHit("3", "Flarn River", float("inf"))
-    assert backend.find_title("Atlantis") is None
+    own = float("inf")
+    assert backend.find_titles("QUIMBY", 3) == [
+        ArticleHit("0", "quimby", own),
+        ArticleHit("2", "Quimby", own),
+    ]
+    assert backend.find_titles("QUIMBY", 1) == [ArticleHit("0", "quimby", own)]  # lowest id first
+    assert backend.find_titles("Flarn river", 3) == [ArticleHit("3", "Flarn River", own)]
+    assert backend.find_titles("Atlantis", 3) == []
     assert backend.titles(["3", "1", "404"]) == {"3": "Flarn River", "1": "Zorbland"}
     assert backend.sentences([("3", 1), ("1", 0), ("1", 7), ("404", 0)]) == [
         "Flarn River sentence two.",

@@ -152,5 +152,5 @@ def test_search_articles_ranks_like_the_embedded_backend(backend: OpenSearchBack
 def test_stats_and_reads(backend: OpenSearchBackend) -> None:
     stats = backend.stats()
     assert (stats.articles, stats.sentences, stats.contexts) == (3, 6, 7)
-    assert backend.find_title("quimby").id == "2"
+    assert [hit.id for hit in backend.find_titles("quimby", 3)] == ["2"]
     assert backend.sentences([("3", 1)]) == ["Flarn River two."]

@@ -126,7 +126,7 @@ def test_interrupted_ingest_resumes_to_exactly_one_copy(
     rerun = start_ingest(big_corpus, index, base_config.model)
     out, err = rerun.communicate(timeout=WAIT)
     assert rerun.returncode == 0, err
-    assert f"({done:,} already stored" in out  # the finished part is reused, not redone
+    assert f" {done:,} already stored," in out  # the finished part is reused, not redone
     assert counts(index) == clean_counts
 
 

@@ -49,8 +49,8 @@ class Backend(Protocol):
         """The stored fingerprint of each of ``article_ids`` that is fully written (for resume)."""
         ...
 
-    def find_title(self, title: str) -> ArticleHit | None:
-        """The article whose title equals ``title`` (case-insensitive), if any."""
+    def find_titles(self, title: str, n: int) -> list[ArticleHit]:
+        """Up to ``n`` articles whose title equals ``title`` (case-insensitive), lowest id first."""
         ...
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:

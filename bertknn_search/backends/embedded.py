@@ -369,13 +369,13 @@ class EmbeddedBackend:
                 out.update(cur.execute(sql, chunk).fetchall())
         return out
 
-    def find_title(self, title: str) -> ArticleHit | None:
+    def find_titles(self, title: str, n: int) -> list[ArticleHit]:
         with self._read() as cur:
-            row = cur.execute(
-                "SELECT id, title FROM articles WHERE title_key = ? ORDER BY id LIMIT 1",
-                (title.strip().lower(),),
-            ).fetchone()
-        return None if row is None else ArticleHit(row[0], row[1], float("inf"))
+            rows = cur.execute(
+                "SELECT id, title FROM articles WHERE title_key = ? ORDER BY id LIMIT ?",
+                (title.strip().lower(), n),
+            ).fetchall()
+        return [ArticleHit(id_, found, float("inf")) for id_, found in rows]
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by Lucene BM25 summed over the unigram and bigram fields; ties by id."""

@@ -114,8 +114,8 @@ class LazyDatastore:
     def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
         return self.store.fingerprints(article_ids)
 
-    def find_title(self, title: str) -> ArticleHit | None:
-        return self.store.find_title(title)
+    def find_titles(self, title: str, n: int) -> list[ArticleHit]:
+        return self.store.find_titles(title, n)
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         return self.store.search_articles(query, n)

@@ -302,13 +302,12 @@ class OpenSearchBackend:
         docs = self._mget(article_ids, ["fingerprint", "settled"], realtime=True)
         return {aid: src["fingerprint"] for aid, src in docs.items() if src.get("settled", False)}
 
-    def find_title(self, title: str) -> ArticleHit | None:
+    def find_titles(self, title: str, n: int) -> list[ArticleHit]:
         response = self._call(
             "look up a title",
-            lambda: self.client.search(index=self.names["articles"], body=bodies.title_body(title)),
+            lambda: self.client.search(index=self.names["articles"], body=bodies.title_body(title, n)),
         )
-        hits = response["hits"]["hits"]
-        return ArticleHit(hits[0]["_id"], hits[0]["_source"]["title"], float("inf")) if hits else None
+        return [ArticleHit(h["_id"], h["_source"]["title"], float("inf")) for h in response["hits"]["hits"]]
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""

@@ -221,10 +221,10 @@ def search_body(query: str, n: int) -> dict[str, Any] | None:
     }
 
 
-def title_body(title: str) -> dict[str, Any]:
-    """Exact, case-insensitive title lookup; the lowest id wins among equal titles."""
+def title_body(title: str, n: int = 1) -> dict[str, Any]:
+    """Exact, case-insensitive title lookup: up to ``n`` articles of that title, lowest id first."""
     return {
-        "size": 1,
+        "size": n,
         "query": {"term": {"title.key": title.strip().lower()}},
         "sort": [{"id": "asc"}],
         "_source": ["title"],

@@ -1,0 +1,143 @@
+"""Options shared by the commands, declared once as decorators; each sets the Config field of its name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from bertknn_search.config import BACKENDS, DISTANCES, MASK_POLICIES, STORE_DTYPES
+
+F = TypeVar("F", bound=Callable[..., Any])
+Decorator = Callable[[F], F]
+
+FORMATS = ("xml", "jsonl", "parquet", "wikiextractor")
+
+
+def stacked(*options: Decorator) -> Decorator:
+    """One decorator applying ``options`` so that ``--help`` lists them in the order given."""
+
+    def apply(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
+index_options = stacked(
+    click.option(
+        "--index",
+        type=click.Path(path_type=Path),
+        help="Embedded index directory [env BERTKNN_INDEX; default ./bertknn-index].",
+    ),
+    click.option(
+        "--backend",
+        type=click.Choice(BACKENDS),
+        help="Storage backend [env BERTKNN_BACKEND; default embedded].",
+    ),
+    click.option(
+        "--opensearch-url",
+        help="OpenSearch URL [env OPENSEARCH_URL]; credentials from OPENSEARCH_USER/OPENSEARCH_PASSWORD.",
+    ),
+    click.option(
+        "--opensearch-ca",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="CA bundle for TLS [env OPENSEARCH_CA].",
+    ),
+    click.option(
+        "--insecure",
+        "opensearch_verify",
+        flag_value=False,
+        default=None,
+        help="Do not verify the OpenSearch TLS certificate [env OPENSEARCH_VERIFY=false].",
+    ),
+    click.option("--opensearch-prefix", help="Index name prefix in OpenSearch [default bertknn]."),
+)
+
+
+def model_options(new_index: bool) -> Decorator:
+    """Which encoder. A new index takes these; an existing one fixes model and layer, which must match.
+
+    Args:
+        new_index: the command may create the index (``ingest wiki``), so the defaults apply there.
+    """
+    model_default = (
+        "the index's; bert-base-uncased for a new index" if new_index else "the index's (another is an error)"
+    )
+    layer_default = "the index's; 11 for a new index" if new_index else "the index's (another is an error)"
+    return stacked(
+        click.option(
+            "--model",
+            help=f"HF checkpoint name or local path [env BERTKNN_MODEL; default {model_default}].",
+        ),
+        click.option(
+            "--layer",
+            type=click.IntRange(min=1),
+            help=f"Hidden layer whose state is the key [default {layer_default}].",
+        ),
+        click.option(
+            "--device",
+            help="cpu, cuda, cuda:N or auto [env BERTKNN_DEVICE; default auto: a GPU when there is one].",
+        ),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            help="Masked sentences per forward pass [default 128 on a CPU, 1024 on a GPU].",
+        ),
+    )
+
+
+encoding_options = stacked(
+    click.option(
+        "--mask-policy",
+        type=click.Choice(MASK_POLICIES),
+        help="Which words get a context [default single-wordpiece].",
+    ),
+    click.option(
+        "--store-dtype",
+        type=click.Choice(STORE_DTYPES),
+        help="Vectors on disk: float16, or int8 (a scale per vector, half the bytes) [default float16].",
+    ),
+    click.option(
+        "--max-length",
+        type=click.IntRange(min=8),
+        help="Model input limit (capped at the model's); longer sentences are windowed [default 512].",
+    ),
+)
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per line).")
+no_progress_option = click.option("--no-progress", is_flag=True, help="No progress bar.")
+
+method_options = stacked(
+    click.option("--top", type=click.IntRange(min=1, max=1000), help="Answers per ranking [default 10]."),
+    click.option("-k", "k", type=click.IntRange(min=1, max=100_000), help="Neighbours [default 128]."),
+    click.option("--n-articles", type=click.IntRange(min=1, max=1000), help="Articles searched [default 3]."),
+    click.option("--lambda", "lam", type=click.FloatRange(0.0, 1.0), help="Weight of kNN [default 0.3]."),
+    click.option(
+        "--temperature", type=click.FloatRange(min=0.0, min_open=True), help="The paper's l [default 6]."
+    ),
+    click.option("--distance", type=click.Choice(DISTANCES), help="d in exp(-d/l) [default squared-l2]."),
+    click.option(
+        "--no-ir",
+        "use_ir",
+        flag_value=False,
+        default=None,
+        help="Search every context instead of the top articles' (the paper's ablation).",
+    ),
+    click.option(
+        "--settings",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Tuned settings JSON from 'eval grid' (keys as the flags: lambda, k, ...); flags win.",
+    ),
+)
+
+ingest_options = stacked(
+    click.argument("source", type=click.Path(exists=True, path_type=Path)),
+    click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format [default: detected]."),
+    click.option("--limit", type=click.IntRange(min=1), help="Stop after this many articles."),
+    no_progress_option,
+    json_option,
+)

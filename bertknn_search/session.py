@@ -1,0 +1,164 @@
+"""Settings of one command: flags, environment, a settings file and the index become one Config.
+
+The CLI (and any other front end) calls these, so every front end resolves settings alike and can say
+where each value came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertknn_search.config import Config, env_settings, flag_name, read_settings_file
+from bertknn_search.errors import IndexMismatchError, IndexNotFoundError
+from bertknn_search.records import IndexStats
+
+# What an index fixes once it is built; later commands take these from it.
+ADOPTED = ("model", "layer", "mask_policy", "store_dtype", "max_length")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A Config and where each value that is not a default came from.
+
+    Attributes:
+        config: the settings.
+        origins: field -> a flag ("--model"), a variable ("BERTKNN_MODEL"), "settings file X" or
+            "the index at X". Fields absent here hold their defaults.
+    """
+
+    config: Config
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def origin(self, name: str) -> str:
+        """Where field ``name`` came from, as a phrase for messages ("from --model", "the default")."""
+        where = self.origins.get(name)
+        return "the default" if where is None else f"from {where}"
+
+    def given(self, name: str) -> bool:
+        """Whether the user asked for field ``name`` (a flag, a variable or a settings file)."""
+        return name in self.origins and not self.origins[name].startswith("the index")
+
+
+def resolve_config(
+    flags: Mapping[str, Any], env: Mapping[str, str] | None = None, settings: Path | None = None
+) -> Resolved:
+    """Flags, a settings file, the environment and the defaults, in that order of precedence.
+
+    A model that names an existing path is made absolute, whether it came from a flag or a variable: an
+    index records it, and later commands may run in another directory.
+
+    Args:
+        flags: Config field -> value; None means not given.
+        env: environment variables; default ``os.environ``.
+        settings: a tuned settings file (``eval grid``'s output) for the method settings.
+
+    Raises:
+        ConfigError: a value out of range, a bad variable or settings file.
+    """
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name, (value, var) in env_settings(env).items():
+        values[name], origins[name] = value, var
+    if settings is not None:
+        for name, value in read_settings_file(settings).items():
+            values[name], origins[name] = value, f"settings file {settings}"
+    for name, value in flags.items():
+        if value is not None:
+            values[name], origins[name] = value, flag_name(name)
+    if "model" in values and Path(values["model"]).exists():
+        values["model"] = str(Path(values["model"]).resolve())
+    return Resolved(Config(**values), origins)
+
+
+def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
+    """Take the encoding settings (``ADOPTED``) from the index; any the user gave must agree with it.
+
+    A value from a variable (``BERTKNN_MODEL``) is held to the index exactly as one from a flag.
+
+    Args:
+        resolved: settings from ``resolve_config``.
+        must_exist: False for ``ingest wiki``, which may be creating the index.
+
+    Raises:
+        IndexNotFoundError: no index (when ``must_exist``).
+        IndexMismatchError: a given value differs from the index's.
+    """
+    from bertknn_search.backends import open_backend
+
+    config = resolved.config
+    try:
+        backend = open_backend(config)
+    except IndexNotFoundError:
+        if must_exist:
+            raise
+        return resolved
+    try:
+        meta, where = backend.meta(), backend.location
+    finally:
+        backend.close()
+    if resolved.given("max_length") and config.max_length > meta.max_length:
+        from bertknn_search.encoder import Encoder, locate_model
+
+        # The index records the limit in effect, capped at the model's: a larger request means the same.
+        locate_model(meta.model, f"from the index at {where}")
+        capped = Encoder(meta.model, meta.layer, "cpu", config.max_length).max_length
+        config = config.replace(max_length=capped)
+    for name in ADOPTED:
+        if resolved.given(name) and getattr(config, name) != getattr(meta, name):
+            origin = resolved.origins[name]
+            fix = f"drop {origin}" if origin.startswith("-") else f"unset {origin}"
+            raise IndexMismatchError(
+                f"index at {where} was built with {name}={getattr(meta, name)!r}, not"
+                f" {getattr(config, name)!r} (from {origin}); {fix} or use another --index"
+            )
+    adopted = {name: getattr(meta, name) for name in ADOPTED}
+    origins = {**resolved.origins, **{name: f"the index at {where}" for name in ADOPTED}}
+    return Resolved(config.replace(**adopted), origins)
+
+
+def check_model(resolved: Resolved) -> None:
+    """Fail fast, naming where the model name came from, when its files cannot be had.
+
+    Raises:
+        ModelLoadError: not a local path, not cached, and the hub cannot be reached.
+    """
+    from bertknn_search.encoder import locate_model
+
+    locate_model(resolved.config.model, resolved.origin("model"))
+
+
+def open_index(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    settings: Path | None = None,
+    must_exist: bool = True,
+) -> Resolved:
+    """Settings for a command that encodes text against an index: resolved, adopted, model located.
+
+    Args:
+        flags, env, settings: as for ``resolve_config``.
+        must_exist: False for a command that may create the index.
+
+    Raises:
+        ConfigError, IndexNotFoundError, IndexMismatchError, ModelLoadError.
+    """
+    resolved = adopt_index(resolve_config(flags, env, settings), must_exist)
+    check_model(resolved)
+    return resolved
+
+
+def index_stats(config: Config) -> IndexStats:
+    """What the index holds, with the model's own input limit when its config can be read offline."""
+    from bertknn_search.backends import open_backend
+    from bertknn_search.encoder import model_max_length
+
+    backend = open_backend(config)
+    try:
+        stats = backend.stats()
+    finally:
+        backend.close()
+    return dataclasses.replace(stats, model_max_length=model_max_length(stats.meta.model))
