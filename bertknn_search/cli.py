@@ -12,6 +12,7 @@ import click
 from bertknn_search import session
 from bertknn_search.cli_eval import eval_group
 from bertknn_search.cli_options import (
+    cache_option,
     encoding_options,
     index_options,
     ingest_options,
@@ -118,6 +119,7 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
 )
 @click.option("--subject", help="The fact's subject: its own article is searched when a title matches.")
 @method_options
+@cache_option
 @json_option
 @model_options(new_index=False)
 @index_options
@@ -149,6 +151,60 @@ def query(
                 click.echo(to_json(answer) if as_json else render_answer(answer, config.top) + "\n")
     finally:
         searcher.close()
+
+
+@main.command()
+@click.option(
+    "--file",
+    "qfile",
+    type=click.File("r", encoding="utf-8"),
+    help="Questions as for 'query --file' ('-' for stdin): their IR step's articles are encoded.",
+)
+@click.option(
+    "--titles",
+    type=click.File("r", encoding="utf-8"),
+    help="Article titles, one per line: those articles are encoded.",
+)
+@cache_option
+@no_progress_option
+@json_option
+@model_options(new_index=False)
+@index_options
+def warm(qfile: Any, titles: Any, no_progress: bool, as_json: bool, **flags: Any) -> None:
+    """Encode ahead of time the contexts that questions or titles will need (a lazy index).
+
+    A lazy index encodes an article the first time a query needs it; warming does that for a whole
+    question file in large batches, so the questions then run warm. 'eval warm' does it for a dataset.
+
+    Example: bertknn-search warm --file questions.txt --device cuda
+    """
+    from bertknn_search.output import render_warm, to_json
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+    from bertknn_search.warm import needed_articles
+    from bertknn_search.warm import warm as run_warm
+
+    asked = list(_read_questions(qfile))
+    names = [line.strip() for line in _read_lines(titles) if line.strip()]
+    if not asked and not names:
+        raise click.UsageError("give --file with questions or --titles with article titles")
+    config = session.open_index(flags).config
+    searcher = Searcher.open(config)
+    try:
+        asked += [Question("[MASK]", name) for name in names]  # a subject alone: its own article(s)
+        summary = run_warm(searcher, needed_articles(searcher, asked), progress=not (no_progress or as_json))
+    finally:
+        searcher.close()
+    click.echo(to_json(summary) if as_json else render_warm(summary))
+
+
+def _read_lines(stream: Any) -> list[str]:
+    if stream is None:
+        return []
+    try:
+        return stream.read().splitlines()
+    except UnicodeDecodeError as exc:
+        raise InputFormatError(f"{getattr(stream, 'name', 'input')} is not UTF-8 ({exc.reason})") from exc
 
 
 def _read_questions(stream: Any) -> Iterator[Any]:

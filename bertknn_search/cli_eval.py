@@ -13,6 +13,7 @@ import click
 
 from bertknn_search import session
 from bertknn_search.cli_options import (
+    cache_option,
     index_options,
     json_option,
     method_options,
@@ -80,6 +81,7 @@ def eval_group() -> None:
 @no_progress_option
 @json_option
 @method_options
+@cache_option
 @model_options(new_index=False)
 @index_options
 def eval_run(
@@ -98,7 +100,7 @@ def eval_run(
     """
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
-    from bertknn_search.output import render_eval_counts
+    from bertknn_search.output import render_datastore, render_eval_counts
     from bertknn_search.search import Searcher
 
     facts = _facts(flags)
@@ -123,6 +125,7 @@ def eval_run(
     else:
         click.echo(result.report["markdown"].read_text(encoding="utf-8"))
         click.echo(render_eval_counts(result.facts, result.scored, result.skipped, result.resumed, out))
+        click.echo(render_datastore(result.datastore))
     if result.scored == 0:
         click.echo(
             "warning: no fact was scored, so every P@k is '–'; see the skipped reasons"
@@ -213,6 +216,7 @@ class NumberList(click.ParamType):
     show_default=True,
     help="Values of l: small ones suit small models (the demo's needs 1), 5-12 BERT-base.",
 )
+@cache_option
 @no_progress_option
 @json_option
 @model_options(new_index=False)
@@ -252,3 +256,33 @@ def eval_grid(
     finally:
         searcher.close()
     click.echo(json.dumps(result) if as_json else render_grid(result, out))
+
+
+@eval_group.command("warm")
+@dataset_options
+@cache_option
+@no_progress_option
+@json_option
+@model_options(new_index=False)
+@index_options
+def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **flags: Any) -> None:
+    """Encode the articles a dataset's facts will search (a lazy index), in large batches.
+
+    Run before 'eval run' on a lazy index, on the GPU machine; the run itself then only reads.
+
+    Example: bertknn-search eval warm --lama data/lama --corpora T-REx --device cuda
+    """
+    from bertknn_search.output import render_warm, to_json
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+    from bertknn_search.warm import needed_articles, warm
+
+    facts = _facts(flags)
+    config = session.open_index(flags).config
+    searcher = Searcher.open(config)
+    try:
+        ids = needed_articles(searcher, [Question(f.question, f.subject) for f in facts])
+        summary = warm(searcher, ids, progress=not (no_progress or as_json))
+    finally:
+        searcher.close()
+    click.echo(to_json(summary) if as_json else render_warm(summary))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import click
 
-from bertknn_search.config import BACKENDS, DISTANCES, MASK_POLICIES, STORE_DTYPES
+from bertknn_search.config import BACKENDS, CONTEXT_MODES, DISTANCES, MASK_POLICIES, STORE_DTYPES
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -106,6 +106,44 @@ encoding_options = stacked(
         type=click.IntRange(min=8),
         help="Model input limit (capped at the model's); longer sentences are windowed [default 512].",
     ),
+    click.option(
+        "--contexts",
+        type=click.Choice(CONTEXT_MODES),
+        help="lazy: store text and the IR index now, encode an article's contexts when a query first"
+        " needs it; eager: encode every context now (needed for --no-ir) [default lazy].",
+    ),
+)
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes: 20GB, 500MB, 1.5GiB or a plain number."""
+
+    name = "size"
+    UNITS: ClassVar[dict[str, int]] = {
+        **{"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12},
+        **{"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40},
+    }
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace(" ", "")
+        number = text.rstrip("kmgtib")
+        unit = text[len(number) :]
+        try:
+            size = int(float(number) * self.UNITS[unit])
+        except (KeyError, ValueError):
+            self.fail(f"{value!r} is not a size; write e.g. 20GB, 500MB or 1.5GiB", param, ctx)
+        if size <= 0:
+            self.fail(f"{value!r} must be more than 0 bytes", param, ctx)
+        return size
+
+
+cache_option = click.option(
+    "--cache-size",
+    type=ByteSize(),
+    help="Lazy index: keep at most this many bytes of encoded contexts (e.g. 20GB), least recently"
+    " used dropped first, text never [default: keep all].",
 )
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per line).")

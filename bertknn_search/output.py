@@ -94,7 +94,45 @@ def render_stats(stats: IndexStats) -> str:
     ]
     if stats.contexts:
         rows.append(("bytes per context", f"{stats.bytes_on_disk / stats.contexts:,.0f}"))
+    rows.append(("contexts mode", m.contexts))
+    if m.contexts == "lazy":
+        rows += [
+            ("encoded articles", f"{stats.encoded_articles:,} of {stats.articles:,}"),
+            ("context bytes", f"{stats.context_bytes:,} ({human_bytes(stats.context_bytes)})"),
+            ("eager estimate", _estimate(stats.estimated_contexts)),
+        ]
     return "\n".join(f"{k:<18}{v}" for k, v in rows)
+
+
+def _estimate(contexts: int) -> str:
+    if not contexts:
+        return "unknown until a query encodes an article"
+    return f"{contexts:,} if every article were encoded (eager)"
+
+
+def render_datastore(datastore: Mapping[str, Any]) -> str:
+    """What an evaluation cost the datastore: contexts encoded now against an eager index's total."""
+    held, estimate = datastore["contexts_held"], datastore["estimated_eager_contexts"]
+    line = (
+        f"contexts: {datastore['contexts_encoded']:,} encoded by this run;"
+        f" the index holds {held:,} ({datastore['articles_encoded']:,} of {datastore['articles']:,} articles)"
+    )
+    if datastore["contexts_mode"] == "lazy" and estimate:
+        line += f", {held / estimate:.2%} of the ~{estimate:,} an eager index would hold"
+    return line
+
+
+def render_warm(summary: Any) -> str:
+    """A warm run in one line: what the input needed, what was encoded now, what the index holds."""
+    s = summary
+    line = (
+        f"warmed {s.articles:,} articles ({s.encoded_articles:,} encoded now, the rest already held):"
+        f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s);"
+        f" the index holds {s.index_contexts:,} contexts"
+    )
+    if s.estimated_contexts:
+        line += f" of ~{s.estimated_contexts:,} an eager index would hold"
+    return f"{line} ({s.location})"
 
 
 def render_summary(summary: Any, verb: str) -> str:

@@ -17,7 +17,7 @@ from bertknn_search.errors import IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import IndexStats
 
 # What an index fixes once it is built; later commands take these from it.
-ADOPTED = ("model", "layer", "mask_policy", "store_dtype", "max_length")
+ADOPTED = ("model", "layer", "mask_policy", "store_dtype", "max_length", "contexts")
 
 
 @dataclass(frozen=True)

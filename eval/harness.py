@@ -10,7 +10,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class EvalResult:
         facts: facts read.
         computed: facts ranked by the model in this call.
         resumed: facts whose result was read back from the checkpoint of an earlier call.
+        datastore: contexts this call had encoded (a lazy index encodes only what its facts need), the
+            contexts the index holds, and how many an eager index of the same articles would hold.
     """
 
     scores: MacroResult
@@ -53,6 +55,7 @@ class EvalResult:
     facts: int
     computed: int
     resumed: int = 0
+    datastore: dict[str, Any] = field(default_factory=dict)
 
     @property
     def scored(self) -> int:
@@ -155,6 +158,7 @@ def evaluate(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    held_before = searcher.backend.stats().contexts
     allowed = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
     run = _run_settings(searcher, config, allowed)
     done = _open_checkpoint(out_dir, run, resume)
@@ -177,9 +181,18 @@ def evaluate(
             bar.update(len(batch))
     rows = [_fact_result(done[f.key]) for f in facts]
     scores = macro_average(rows, no_article_wrong=no_article_wrong)
-    meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong}
+    after = searcher.backend.stats()
+    datastore = {
+        "contexts_mode": after.meta.contexts,
+        "contexts_encoded": max(after.contexts - held_before, 0),
+        "contexts_held": after.contexts,
+        "articles_encoded": after.encoded_articles,
+        "articles": after.articles,
+        "estimated_eager_contexts": after.estimated_contexts,
+    }
+    meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong, "datastore": datastore}
     report = write_report(scores, out_dir, meta)
-    return EvalResult(scores, report, path, len(facts), len(todo), resumed)
+    return EvalResult(scores, report, path, len(facts), len(todo), resumed, datastore)
 
 
 def _rank_batch(
