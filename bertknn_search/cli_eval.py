@@ -124,8 +124,10 @@ def eval_run(
         click.echo(result.report["json"].read_text(encoding="utf-8"))
     else:
         click.echo(result.report["markdown"].read_text(encoding="utf-8"))
+        cost = render_datastore(result.datastore)
+        if cost is not None:
+            click.echo(cost)
         click.echo(render_eval_counts(result.facts, result.scored, result.skipped, result.resumed, out))
-        click.echo(render_datastore(result.datastore))
     if result.scored == 0:
         click.echo(
             "warning: no fact was scored, so every P@k is '–'; see the skipped reasons"

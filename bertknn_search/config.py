@@ -43,7 +43,7 @@ class Config:
     max_length: int = 512
     # "lazy": ingest stores text and the IR index only; an article's contexts are encoded the first
     # time a query's IR step picks it, and kept (up to ``cache_size`` bytes, least recently used out).
-    contexts: str = "eager"
+    contexts: str = "lazy"
     cache_size: int | None = None
 
     # Where the index lives.

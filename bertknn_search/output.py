@@ -110,14 +110,19 @@ def _estimate(contexts: int) -> str:
     return f"{contexts:,} if every article were encoded (eager)"
 
 
-def render_datastore(datastore: Mapping[str, Any]) -> str:
-    """What an evaluation cost the datastore: contexts encoded now against an eager index's total."""
+def render_datastore(datastore: Mapping[str, Any]) -> str | None:
+    """What an evaluation cost a lazy index: contexts encoded now against an eager index's total.
+
+    None for an eager index, which encodes nothing at evaluation time.
+    """
+    if datastore["contexts_mode"] != "lazy":
+        return None
     held, estimate = datastore["contexts_held"], datastore["estimated_eager_contexts"]
     line = (
         f"contexts: {datastore['contexts_encoded']:,} encoded by this run;"
         f" the index holds {held:,} ({datastore['articles_encoded']:,} of {datastore['articles']:,} articles)"
     )
-    if datastore["contexts_mode"] == "lazy" and estimate:
+    if estimate:
         line += f", {held / estimate:.2%} of the ~{estimate:,} an eager index would hold"
     return line
 

@@ -39,6 +39,7 @@ def base_config(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> C
         device="cpu",
         batch_size=32,
         max_length=64,
+        contexts="eager",  # the datastore tests look at stored contexts; tests/test_lazy*.py cover lazy
     )
 
 

@@ -29,7 +29,8 @@ def test_ingest_query_stats_round_trip(base_config: Config, corpus: Path, tmp_pa
     index = tmp_path / "idx"
     common = ["--index", index, "--device", "cpu"]
     r = run(
-        "ingest", "wiki", corpus, "--model", base_config.model, "--max-length", "64", "--no-progress", *common
+        *("ingest", "wiki", corpus, "--model", base_config.model, "--max-length", "64", "--no-progress"),
+        *("--contexts", "eager", *common),
     )
     assert r.exit_code == 0, r.output
     assert r.output.startswith(

@@ -53,7 +53,14 @@ def test_knn_over_real_evidence_beats_a_model_that_knows_nothing(
     words = re.findall(r"\w+", corpus.read_text(encoding="utf-8").lower())
     words += [w for f in facts for w in re.findall(r"\w+", (f.question + " " + " ".join(f.answers)).lower())]
     model = build_tiny_model(tmp_path / "model", words=sorted(set(words)), max_positions=256)
-    config = Config(model=str(model), index=tmp_path / "index", device="cpu", max_length=256, temperature=1.0)
+    config = Config(
+        model=str(model),
+        index=tmp_path / "index",
+        device="cpu",
+        max_length=256,
+        temperature=1.0,
+        contexts="eager",
+    )
     summary = ingest(corpus, config, progress=False)
     assert summary.articles == len({f.subject for f in facts}) and summary.contexts > 1000
     searcher = Searcher.open(config)

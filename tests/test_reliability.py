@@ -63,7 +63,20 @@ def counts(index: Path) -> tuple[int, int, int]:
 
 def start_ingest(corpus: Path, index: Path, model: str) -> subprocess.Popen[str]:
     args = cli(
-        "ingest", "wiki", corpus, "--index", index, "--model", model, "--device", "cpu", "--max-length", 64
+        *(
+            "ingest",
+            "wiki",
+            corpus,
+            "--index",
+            index,
+            "--model",
+            model,
+            "--device",
+            "cpu",
+            "--max-length",
+            64,
+        ),
+        *("--contexts", "eager"),  # what is killed is the encoding; a lazy ingest is a short text pass
     )
     return subprocess.Popen(
         [*args, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
