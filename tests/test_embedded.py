@@ -59,6 +59,10 @@ def test_open_checks_presence_and_readability(tmp_path: Path, backend: EmbeddedB
     with pytest.raises(IndexCorruptError, match="cannot be read"):
         EmbeddedBackend.open(tmp_path / "junk")
     (tmp_path / "plain").mkdir()
+    # An empty directory (one an interrupted creation may leave) holds no index yet: ingest may fill it.
+    with pytest.raises(IndexNotFoundError, match="no index at"):
+        EmbeddedBackend.open(tmp_path / "plain")
+    (tmp_path / "plain" / "notes.txt").write_text("mine")
     with pytest.raises(IndexCorruptError, match="not a bertknn-search index"):
         EmbeddedBackend.open(tmp_path / "plain")
     assert EmbeddedBackend.open(tmp_path / "idx").meta() == META
