@@ -88,7 +88,7 @@ def ingest(
         IndexMismatchError, BackendError (a failed write says how many articles it kept).
     """
     started = time.perf_counter()
-    backend: Backend | None = open_backend(config) if existing_only else None
+    backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     try:
         encoder = Encoder(config.model, config.layer, config.device, config.max_length)
         device = encoder.placement.device  # a bad --device fails here, before an index is created
@@ -238,8 +238,9 @@ def _prepare(
     if chunk is None:
         return None
     latest = {a.id: a for a in chunk}  # an id seen twice in one chunk: the later text wins
-    # An id already seen in an earlier chunk was written then; this later record replaces it.
-    duplicates = len(chunk) - len(latest) + seen.repeats(latest)
+    # An id seen in an earlier chunk is written by then (writes keep their order), though perhaps not
+    # yet when this chunk is prepared: this later record replaces it.
+    earlier = {aid for aid, again in zip(latest, seen.add(latest)) if again}
     with_text = [a for a in latest.values() if a.text.strip()]
     stored = backend.fingerprints([a.id for a in with_text])
     todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
@@ -252,8 +253,8 @@ def _prepare(
         rows=rows,
         reused=len(with_text) - len(todo),
         empty=len(latest) - len(with_text),
-        replaced=sum(a.id in stored for a in todo),
-        duplicates=duplicates,
+        replaced=sum(a.id in stored or a.id in earlier for a in todo),
+        duplicates=len(chunk) - len(latest) + len(earlier),
     )
 
 

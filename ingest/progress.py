@@ -57,7 +57,7 @@ class Progress:
         self._written += written
         if not self._enabled:
             return
-        self._bar.update(articles)
+        self._bar.n += articles  # shown by _show, with the finished chunk's postfix
         self._show()
         if contexts:
             self._maybe_estimate()

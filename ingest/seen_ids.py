@@ -21,20 +21,18 @@ class SeenIds:
         self._merged = np.empty(0, dtype=np.uint64)
         self._recent: set[int] = set()
 
-    def repeats(self, ids: Iterable[str]) -> int:
-        """Add distinct ``ids``; return how many of them had been added before."""
+    def add(self, ids: Iterable[str]) -> list[bool]:
+        """Add distinct ``ids``; for each, whether it had been added before."""
         hashes = [hash(i) & _MASK for i in ids]
         known = np.zeros(len(hashes), dtype=bool)
         if self._merged.size and hashes:
             wanted = np.array(hashes, dtype=np.uint64)
             at = np.minimum(np.searchsorted(self._merged, wanted), self._merged.size - 1)
             known = self._merged[at] == wanted
-        again = 0
+        again = []
         for h, old in zip(hashes, known.tolist()):
-            if old or h in self._recent:
-                again += 1
-            else:
-                self._recent.add(h)
+            again.append(old or h in self._recent)
+            self._recent.add(h)
         if len(self._recent) >= _MERGE_AT:
             self._merged = np.union1d(self._merged, np.fromiter(self._recent, dtype=np.uint64))
             self._recent.clear()

@@ -103,6 +103,8 @@ class EmbeddedBackend:
         db = path / DB_NAME
         if path.exists() and not path.is_dir():
             raise IndexCorruptError(f"{path} is a file, not an index directory; choose another --index")
+        if path.is_dir():
+            sqlite_file.remove_abandoned_builds(path)
         if db.exists():
             try:
                 return cls._open_for_writing(path, meta)
@@ -126,9 +128,8 @@ class EmbeddedBackend:
 
     @classmethod
     def _open_for_writing(cls, path: Path, meta: IndexMeta) -> EmbeddedBackend:
-        backend = cls.open(path)
+        backend = cls.open(path, for_writing=True)
         try:
-            backend._check_writable()
             check_meta(backend.meta(), meta, str(path))
         except BaseException:
             backend.close()
@@ -136,8 +137,12 @@ class EmbeddedBackend:
         return backend
 
     @classmethod
-    def open(cls, path: Path) -> EmbeddedBackend:
+    def open(cls, path: Path, for_writing: bool = False) -> EmbeddedBackend:
         """Open an existing index; read-only when its directory or volume cannot be written.
+
+        Args:
+            path: the index directory.
+            for_writing: fail at once, with why, when the index can only be read here.
 
         Raises:
             IndexNotFoundError: nothing at ``path`` (IndexIncompleteError: its creation was interrupted).
@@ -151,11 +156,13 @@ class EmbeddedBackend:
             raise sqlite_file.missing_index(path)
         conn, read_only = sqlite_file.connect(db)
         try:
-            meta = _read_meta(conn, path)
+            backend = cls(path, conn, _read_meta(conn, path), read_only)
+            if for_writing:
+                backend._check_writable()
         except BaseException:
             conn.close()
             raise
-        return cls(path, conn, meta, read_only)
+        return backend
 
     @property
     def location(self) -> str:
@@ -365,11 +372,12 @@ class EmbeddedBackend:
     def _flat_index(self) -> FlatIndex:
         with self._read() as cur:
             row = cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        value = None if row is None else row[0]
         try:
-            generation = int(row[0])
+            generation = int(value)  # type: ignore[arg-type]
         except (TypeError, ValueError) as exc:
             raise IndexCorruptError(
-                f"index at {self.path}: its generation counter is damaged ({row!r}); rebuild it with ingest"
+                f"index at {self.path}: its generation counter is damaged ({value!r}); rebuild it with ingest"
             ) from exc
         if self._flat is None or self._flat.generation != generation:
             self._flat = FlatIndex.build(self._load_blocks(None), self._meta.dim, generation)

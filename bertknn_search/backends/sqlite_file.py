@@ -101,9 +101,8 @@ def read_error(path: Path, exc: sqlite3.Error) -> BertKnnError:
 
 
 def missing_index(path: Path) -> BertKnnError:
-    if path.is_dir() and all(p.name.startswith(BUILD_PREFIX) for p in path.iterdir()):
-        return IndexNotFoundError(f"no index at {path}; build one with 'bertknn-search ingest wiki'")
-    if path.exists():
+    """The error for a ``path`` without an index file: nothing there yet, or something else."""
+    if path.exists() and not (path.is_dir() and all(p.name.startswith(BUILD_PREFIX) for p in path.iterdir())):
         return IndexCorruptError(f"{path} is not a bertknn-search index (no {DB_NAME}); check --index")
     return IndexNotFoundError(f"no index at {path}; build one with 'bertknn-search ingest wiki'")
 
@@ -111,15 +110,14 @@ def missing_index(path: Path) -> BertKnnError:
 def publish(db: Path, schema: str, meta: dict[str, str]) -> None:
     """Build an empty index under a temporary name, then link it into place as ``db`` in one step.
 
+    A link (unlike a rename) never replaces a file: when two processes create the same index, the
+    first one's stays and the second opens it.
+
     Args:
         db: where the index file goes; its directory exists.
         schema: SQL that creates the tables (it must create ``meta (key, value)``).
         meta: the rows of ``meta``, committed before the file is linked into place.
-
-    A link (unlike a rename) never replaces a file: when two processes create the same index, the
-    first one's stays and the second opens it.
     """
-    _remove_abandoned_builds(db.parent)
     if not db.exists():
         # The log of a deleted index would be replayed into the new file: it belongs to no database now.
         for leftover in _sidecars(db):
@@ -160,12 +158,13 @@ def discard(db: Path) -> None:
         f.unlink(missing_ok=True)
 
 
-def _remove_abandoned_builds(directory: Path) -> None:
+def remove_abandoned_builds(directory: Path) -> None:
     """Delete the files of creations that were killed (their process is gone)."""
     for f in directory.glob(BUILD_PREFIX + "*"):
         pid = f.name[len(BUILD_PREFIX) :].split("-")[0]
         if pid.isdigit() and not _running(int(pid)):
-            f.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only volume: they stay, harmless
+                f.unlink(missing_ok=True)
 
 
 def _running(pid: int) -> bool:
