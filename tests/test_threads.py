@@ -11,6 +11,8 @@ import pytest
 
 from bertknn_search import threads
 
+pytestmark = pytest.mark.reliability  # two processes on the same cores must not stall each other
+
 
 def cgroup(tmp_path: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
