@@ -209,11 +209,11 @@ _READERS = {
 }
 
 
-def _extracted_article(path: Path, line: int, doc_id: str, title: str, body: list[str]) -> Article:
+def _extracted_article(path: Path, opened: int, doc_id: str, title: str, body: list[str]) -> Article:
     lines = [line for line in body if line]
     if lines and lines[0] == title.strip():
         lines = lines[1:]  # WikiExtractor repeats the title as the first line
-    return _article(path, f"the <doc> of line {line}", doc_id.strip(), title, "\n".join(lines))
+    return _article(path, f"the <doc> of line {opened}", doc_id.strip(), title, "\n".join(lines))
 
 
 def _record(path: Path, where: str, row: Any) -> Article:
