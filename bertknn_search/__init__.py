@@ -1,5 +1,12 @@
 """bertknn-search: cloze question answering with BERT-kNN (Kassner & Schütze, 2020)."""
 
+import os
+
+# OpenMP threads that wait for work spin on their core by default; beside another busy process on the
+# same cores (an ingest beside a server, two ingests) that made each several times slower. Sleeping
+# waits cost little alone. libgomp reads this when torch loads it, so it is set before any torch import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from bertknn_search.config import Config
 
 __all__ = ["Config"]

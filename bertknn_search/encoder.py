@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from bertknn_search.errors import ModelLoadError, QuestionError
+from bertknn_search.errors import ConfigError, ModelLoadError, QuestionError
+from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
 MASK = "[MASK]"
 
@@ -27,19 +28,44 @@ class Placement:
     dtype: Any
 
 
+DEVICES = "auto, cpu, cuda or cuda:N"
+
+
 def place(device: str) -> Placement:
     """Choose device and dtype: bf16 on a GPU (tensor cores, fp32 range), fp32 on the CPU.
 
-    This is the one place that branches on the device kind.
+    This is the one place that branches on the device kind. On the CPU, torch's thread pool is sized
+    to the cores this process may use (see ``threads.size_torch_threads``).
+
+    Raises:
+        ConfigError: ``device`` is not one of auto, cpu, cuda, cuda:N, or N is not a GPU here.
+        ModelLoadError: a GPU was asked for and there is none.
     """
     import torch
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError(f"--device {device} asked for, but no CUDA GPU is available; use --device cpu")
-    return Placement(dev, torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    from bertknn_search.threads import size_torch_threads
+
+    name = device.strip().lower()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    kind, colon, index = name.partition(":")
+    if kind not in ("cpu", "cuda") or (
+        colon and (kind == "cpu" or not (index.isascii() and index.isdigit()))
+    ):
+        raise ConfigError(f"device {device!r} (--device or BERTKNN_DEVICE) is not one of {DEVICES}")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelLoadError(
+                f"--device {device} asked for, but no CUDA GPU is available; use --device cpu"
+            )
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise ConfigError(
+                f"device {device!r} asked for, but this machine has {count} GPU(s):"
+                f" cuda:0 to cuda:{count - 1}"
+            )
+    size_torch_threads()
+    return Placement(torch.device(name), torch.bfloat16 if kind == "cuda" else torch.float32)
 
 
 LOCAL, CACHE, HUB = "local", "cache", "hub"
@@ -296,9 +322,15 @@ class Encoder:
         """Token ids of a cloze question with its single [MASK], special tokens included.
 
         Raises:
-            QuestionError: no [MASK], several, or nothing else in the question.
+            QuestionError: no [MASK], several, nothing else in the question, or characters that are not
+                text (undecodable bytes given on a command line).
         """
         text = question.strip()
+        bad = first_unencodable(text)
+        if bad is not None:
+            raise QuestionError(
+                f"the question is not valid text: {describe_unencodable(text, bad, from_bytes=True)}"
+            )
         count = text.count(MASK)
         if not text:
             raise QuestionError("the question is empty; write a sentence with one [MASK]")

@@ -41,3 +41,19 @@ class BackendError(BertKnnError):
 
 class LazyIndexError(BertKnnError):
     """An operation needs every context of the corpus, and a lazy index encodes them only on demand."""
+
+
+class IndexIncompleteError(IndexNotFoundError):
+    """An index whose creation was interrupted: it holds no data and ``ingest wiki`` creates it afresh."""
+
+
+class StoreWriteError(BackendError):
+    """One batch of articles could not be written; none of it was, and the index keeps what it held."""
+
+    def __init__(self, location: str, reason: str, articles: int) -> None:
+        self.location = location
+        self.reason = reason
+        self.articles = articles
+        super().__init__(
+            f"cannot write to index at {location}: {reason}; none of these {articles:,} articles was written"
+        )

@@ -11,7 +11,7 @@ from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.base import Backend
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
-from bertknn_search.errors import IndexMismatchError
+from bertknn_search.errors import IndexMismatchError, QuestionError
 from bertknn_search.interpolate import interpolate, rank
 from bertknn_search.knn import knn_probs
 from bertknn_search.records import (
@@ -24,6 +24,7 @@ from bertknn_search.records import (
     Question,
 )
 from bertknn_search.retrieve import retrieve
+from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
 EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown
 EVIDENCE_SENTENCES = 3
@@ -109,11 +110,17 @@ class Searcher:
             config: method settings to use instead of the Searcher's (evaluation tries several).
 
         Raises:
-            QuestionError: a question without exactly one [MASK] (checked before any work).
+            QuestionError: a question without exactly one [MASK], or a question or subject that is not
+                text (checked before any work).
         """
         cfg = config or self.config
         for q in questions:
             self.encoder.prepare(q.text)  # validate all before spending time on any
+            bad = None if q.subject is None else first_unencodable(q.subject)
+            if bad is not None:
+                raise QuestionError(
+                    f"the subject is not valid text: {describe_unencodable(q.subject, bad, from_bytes=True)}"
+                )
         states, p_bert = self.encode(questions)
         found = [self.retrieve(q, cfg.n_articles) if cfg.use_ir else None for q in questions]
         # One call for the whole batch, so a lazy index encodes every missing article in one pass.

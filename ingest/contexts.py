@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,8 +88,19 @@ def make_rows(
     return rows
 
 
-def encode_rows(rows: Sequence[MaskedRow], encoder: Encoder, batch_size: int) -> np.ndarray:
+def encode_rows(
+    rows: Sequence[MaskedRow],
+    encoder: Encoder,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> np.ndarray:
     """Key vectors for ``rows``, batched across sentences by length to keep padding small.
+
+    Args:
+        rows: the masked rows to encode.
+        encoder: the model.
+        batch_size: rows per forward pass.
+        on_batch: called with each finished batch's row count (progress within a chunk).
 
     Returns:
         (len(rows), dim) float16, in the order of ``rows``.
@@ -100,6 +111,8 @@ def encode_rows(rows: Sequence[MaskedRow], encoder: Encoder, batch_size: int) ->
     batches = (([rows[i].input_ids for i in idx], [rows[i].mask_position for i in idx]) for idx in slices)
     for idx, states in zip(slices, encoder.key_states_many(batches)):
         out[idx] = states
+        if on_batch is not None:
+            on_batch(len(idx))
     return out
 
 

@@ -8,17 +8,18 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
-
-from tqdm import tqdm
 
 from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
-from bertknn_search.errors import BertKnnError, InputFormatError
+from bertknn_search.errors import BackendError, BertKnnError, InputFormatError, StoreWriteError
 from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, fingerprint, make_rows
+from bertknn_search.ingest.progress import Progress
 from bertknn_search.ingest.readers import read_articles
+from bertknn_search.ingest.seen_ids import SeenIds
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, EncodedArticle, IndexMeta
 
@@ -71,37 +72,57 @@ def ingest(
     """Build (or extend) the index ``config`` names from a corpus file or directory.
 
     Re-running the same command after a crash or Ctrl-C skips every article already stored with the
-    same fingerprint and finishes the rest; an article whose text changed is replaced.
+    same fingerprint and finishes the rest; an article whose text changed is replaced. A new index is
+    created only once the first articles have been read, so a corpus that fails at once leaves none.
 
     Args:
         source: a Wikipedia XML dump, JSONL, parquet or WikiExtractor output (see ``read_articles``),
-            or articles already read.
+            or articles already read (an id given twice: the later one is used).
         config: model, layer, index location, batch size, device.
         limit: stop after this many articles read.
         fmt: force the input format instead of detecting it.
-        progress: show a progress bar on stderr.
+        progress: show a progress bar and a time estimate on stderr.
         existing_only: the index must already exist (the ``add`` command).
 
     Raises:
-        InputFormatError, ModelLoadError, IndexNotFoundError, IndexMismatchError, BackendError.
+        InputFormatError, ModelLoadError, ConfigError (a bad device), IndexNotFoundError,
+        IndexMismatchError, BackendError (a failed write says how many articles it kept).
     """
     started = time.perf_counter()
-    if existing_only:
-        backend = open_backend(config)
-    encoder = Encoder(config.model, config.layer, config.device, config.max_length)
-    # The limit actually used (capped at the model's): fingerprints and the index meta record this one.
-    config = config.replace(max_length=encoder.max_length)
-    meta = index_meta(config, encoder)
-    if existing_only:
-        check_meta(backend.meta(), meta, backend.location)
-    else:
-        backend = open_backend(config, create=meta)
-    batch_size = config.batch_for(encoder.placement.device.type)
-    counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0}
-    bar = tqdm(desc="ingest", unit=" articles", disable=not progress, dynamic_ncols=True)
+    backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
+    try:
+        encoder = Encoder(config.model, config.layer, config.device, config.max_length)
+        device = encoder.placement.device  # a bad --device fails here, before an index is created
+        # The limit actually used (capped at the model's): fingerprints and the index meta record this one.
+        config = config.replace(max_length=encoder.max_length)
+        meta = index_meta(config, encoder)
+        if backend is not None:
+            check_meta(backend.meta(), meta, backend.location)
+        duplicates = 0
+        if isinstance(source, Sequence):
+            latest = {a.id: a for a in source}
+            duplicates = len(source) - len(latest)
+            articles: Iterable[Article] = list(latest.values())
+            total: int | None = len(latest)
+        else:
+            articles, total = read_articles(source, limit=limit, fmt=fmt), limit
+        chunks = _chunks(articles)
+        first = next(chunks, None)
+        if backend is None:
+            backend = open_backend(config, create=meta)
+    except BaseException:
+        if backend is not None:
+            with contextlib.suppress(BertKnnError):
+                backend.close()
+        raise
+    batch_size = config.batch_for(device.type)
+    counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0, "replaced": 0}
+    counts["duplicates"] = duplicates
+    bar = Progress("add" if existing_only else "ingest", total, str(device), progress)
+    writes = _Writes(backend)
     pending: deque[Future[None]] = deque()
-    articles = source if isinstance(source, Sequence) else read_articles(source, limit=limit, fmt=fmt)
-    chunks = _chunks(articles)
+    rest = chain([first] if first is not None else [], chunks)
+    seen = SeenIds()
     try:
         # Three stages overlap: the next chunk is read, split and turned into rows on the "prepare"
         # thread while this one is encoded here, and the previous one is written on the "writer" thread.
@@ -110,27 +131,26 @@ def ingest(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
-            ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
+            ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen)
             while (prepared := ahead.result()) is not None:
-                ahead = preparer.submit(_prepare, chunks, backend, encoder, config)
+                ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen)
                 counts["already_stored"] += prepared.reused
                 counts["empty"] += prepared.empty
+                counts["duplicates"] += prepared.duplicates
                 if prepared.todo:
-                    items = _encoded(prepared, encoder, batch_size, meta, config)
+                    bar.start_chunk(len(prepared.rows))
+                    items = _encoded(prepared, encoder, batch_size, meta, config, bar)
                     # The queue bound keeps memory flat when the store is slower than the encoder.
-                    pending.append(writer.submit(backend.add_articles, items))
+                    pending.append(writer.submit(writes.store, items))
                     while len(pending) > MAX_PENDING_WRITES:
-                        pending.popleft().result()
+                        writes.settle(pending.popleft())
                     counts["articles"] += len(prepared.todo)
+                    counts["replaced"] += prepared.replaced
                     counts["sentences"] += sum(len(s) for s in prepared.sentences)
                     counts["contexts"] += len(prepared.rows)
-                bar.update(prepared.size)
-                elapsed = time.perf_counter() - started
-                bar.set_postfix(
-                    contexts=f"{counts['contexts']:,}", ctx_per_s=f"{counts['contexts'] / elapsed:,.0f}"
-                )
+                bar.end_chunk(prepared.size, len(prepared.todo), len(prepared.rows))
             while pending:
-                pending.popleft().result()
+                writes.settle(pending.popleft())
     except BaseException:
         bar.close()
         # The error that stopped the ingest is the one to report, not a second one from closing.
@@ -140,6 +160,38 @@ def ingest(
     bar.close()
     backend.close()
     return IngestSummary(**counts, seconds=time.perf_counter() - started, location=backend.location)
+
+
+class _Writes:
+    """The writer thread's side: writes batches in order and stops at the first that fails."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self.committed = 0  # articles in batches written by this run
+        self._failed: StoreWriteError | None = None
+
+    def store(self, items: Sequence[EncodedArticle]) -> None:
+        if self._failed is not None:
+            raise self._failed  # nothing after a failed batch is written, so "kept" stays exact
+        try:
+            self._backend.add_articles(items)
+        except StoreWriteError as exc:
+            self._failed = exc
+            raise
+        self.committed += len(items)
+
+    def settle(self, write: Future[None]) -> None:
+        """Wait for one write; a failed one is reported with what the run has kept."""
+        try:
+            write.result()
+        except StoreWriteError as exc:
+            kept = (
+                f"the {self.committed:,} articles written before it are kept and the rest is not:"
+                " run the same command again to resume"
+                if self.committed
+                else "nothing was written"
+            )
+            raise BackendError(f"cannot write to index at {exc.location}: {exc.reason}; {kept}") from exc
 
 
 def add_articles(
@@ -162,12 +214,12 @@ def add_articles(
 
 
 def _encoded(
-    prepared: Prepared, encoder: Encoder, batch_size: int, meta: IndexMeta, config: Config
+    prepared: Prepared, encoder: Encoder, batch_size: int, meta: IndexMeta, config: Config, bar: Progress
 ) -> list[EncodedArticle]:
     """The chunk's articles as the index stores them: with contexts, or as text alone (lazy)."""
     if meta.contexts == "lazy":
         return [EncodedArticle(a, None, fingerprint(a, config)) for a in prepared.todo]
-    vectors = encode_rows(prepared.rows, encoder, batch_size)
+    vectors = encode_rows(prepared.rows, encoder, batch_size, on_batch=bar.encoded)
     return build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
 
 
@@ -181,10 +233,12 @@ class Prepared:
     rows: list[MaskedRow]
     reused: int  # already stored with the same fingerprint
     empty: int  # without text
+    replaced: int = 0  # of ``todo``: stored before with another fingerprint
+    duplicates: int = 0  # records whose id comes again later (in this chunk or seen in an earlier one)
 
 
 def _prepare(
-    chunks: Iterator[list[Article]], backend: Backend, encoder: Encoder, config: Config
+    chunks: Iterator[list[Article]], backend: Backend, encoder: Encoder, config: Config, seen: SeenIds
 ) -> Prepared | None:
     """Read the next chunk and do its CPU work; None when the corpus is done.
 
@@ -194,6 +248,9 @@ def _prepare(
     if chunk is None:
         return None
     latest = {a.id: a for a in chunk}  # an id seen twice in one chunk: the later text wins
+    # An id seen in an earlier chunk is written by then (writes keep their order), though perhaps not
+    # yet when this chunk is prepared: this later record replaces it.
+    earlier = {aid for aid, again in zip(latest, seen.add(latest)) if again}
     with_text = [a for a in latest.values() if a.text.strip()]
     stored = backend.fingerprints([a.id for a in with_text])
     todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
@@ -201,7 +258,14 @@ def _prepare(
     sentences = [] if config.contexts == "lazy" else [split_sentences(a.text) for a in todo]
     rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length)
     return Prepared(
-        len(chunk), todo, sentences, rows, len(with_text) - len(todo), len(latest) - len(with_text)
+        size=len(chunk),
+        todo=todo,
+        sentences=sentences,
+        rows=rows,
+        reused=len(with_text) - len(todo),
+        empty=len(latest) - len(with_text),
+        replaced=sum(a.id in stored or a.id in earlier for a in todo),
+        duplicates=len(chunk) - len(latest) + len(earlier),
     )
 
 

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from bertknn_search.errors import ConfigError, InputFormatError
 from bertknn_search.ingest.wikitext import wikitext_to_text
 from bertknn_search.records import Article
+from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
 FORMATS = ("xml", "jsonl", "parquet", "wikiextractor")
 SUPPORTED = (
@@ -28,6 +29,9 @@ SUPPORTED = (
 )
 _BY_SUFFIX = {".xml": "xml", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 _FIELDS = ("id", "title", "text")
+# Wikipedia's own cap on a page's wikitext (2 MiB). An article past it is not a Wikipedia article, and
+# its cost (sentence splitting, hundreds of thousands of contexts, one stored row) is refused up front.
+MAX_ARTICLE_CHARS = 2 * 1024 * 1024
 
 _REDIRECT = re.compile(r"\s*#redirect", re.I)
 _DOC_START = re.compile(r'<doc\s+id="(?P<id>[^"]*)"(?:\s+url="[^"]*")?\s+title="(?P<title>.*)">\s*$')
@@ -51,7 +55,9 @@ def read_articles(path: Path | str, limit: int | None = None, fmt: str | None = 
 
     Raises:
         InputFormatError: the path is missing, the format unknown, or a file is truncated, corrupt,
-            not UTF-8, malformed or lacks id/title/text; the message is one line naming the file.
+            not UTF-8, malformed or lacks id/title/text; an article has an empty title, text that is not
+            valid Unicode (an escaped lone surrogate) or more than ``MAX_ARTICLE_CHARS`` characters.
+            The message is one line naming the file.
         ConfigError: ``limit`` is negative.
     """
     path = Path(path)
@@ -134,7 +140,9 @@ def _page_article(path: Path, page: ET.Element) -> Article | None:
     wikitext = (revisions[-1].findtext("{*}text") or "") if revisions else ""
     if _REDIRECT.match(wikitext):
         return None
-    return Article(page_id, title, wikitext_to_text(wikitext))
+    where = f"page {page_id}"
+    _check_size(path, where, title, wikitext)  # before parsing: markup costs more than prose
+    return _article(path, where, page_id, title, wikitext_to_text(wikitext))
 
 
 def _read_jsonl(path: Path) -> Iterator[Article]:
@@ -185,7 +193,7 @@ def _read_extracted(path: Path) -> Iterator[Article]:
                         f"{path}: line {number} is outside any <doc>; not WikiExtractor output?"
                     )
             elif line.strip() == "</doc>":
-                yield _extracted_article(header[0], header[1], body)
+                yield _extracted_article(path, header[2], header[0], header[1], body)
                 header = None
             else:
                 body.append(line.strip())
@@ -201,11 +209,11 @@ _READERS = {
 }
 
 
-def _extracted_article(doc_id: str, title: str, body: list[str]) -> Article:
+def _extracted_article(path: Path, opened: int, doc_id: str, title: str, body: list[str]) -> Article:
     lines = [line for line in body if line]
     if lines and lines[0] == title.strip():
         lines = lines[1:]  # WikiExtractor repeats the title as the first line
-    return Article(doc_id.strip(), title.strip(), "\n".join(lines))
+    return _article(path, f"the <doc> of line {opened}", doc_id.strip(), title, "\n".join(lines))
 
 
 def _record(path: Path, where: str, row: Any) -> Article:
@@ -221,7 +229,33 @@ def _record(path: Path, where: str, row: Any) -> Article:
         raise InputFormatError(f"{path}: {where} has id {doc_id!r}; use a non-empty string or an integer")
     if not isinstance(title, str) or not isinstance(text, str):
         raise InputFormatError(f"{path}: {where} has a title or text that is not a string")
-    return Article(str(doc_id).strip(), title.strip(), text.strip())
+    return _article(path, where, str(doc_id).strip(), title, text)
+
+
+def _article(path: Path, where: str, doc_id: str, title: str, text: str) -> Article:
+    """An Article once its fields are known to be storable: valid text, a title, a bounded size."""
+    for name, value in (("id", doc_id), ("title", title), ("text", text)):
+        bad = first_unencodable(value)
+        if bad is not None:
+            raise InputFormatError(
+                f"{path}: {where} has a {name} that is not valid Unicode: {describe_unencodable(value, bad)}"
+                " (an escape such as \\ud800 without its pair); fix or drop that article"
+            )
+    if not title.strip():
+        raise InputFormatError(
+            f"{path}: {where} (id {doc_id}) has an empty title; give every article a title (a subject"
+            " finds its article by title)"
+        )
+    _check_size(path, where, title, text)
+    return Article(doc_id, title.strip(), text.strip())
+
+
+def _check_size(path: Path, where: str, title: str, text: str) -> None:
+    if len(text) > MAX_ARTICLE_CHARS:
+        raise InputFormatError(
+            f"{path}: {where} ({title.strip()!r}) holds {len(text):,} characters; one article may hold at"
+            f" most {MAX_ARTICLE_CHARS:,} (Wikipedia's own page limit): split it into several articles"
+        )
 
 
 def _lines(path: Path, stream: IO[bytes]) -> Iterator[tuple[int, str]]:

@@ -11,7 +11,7 @@ import pytest
 from bertknn_search.backends import bm25
 from bertknn_search.backends.blocks import exact_knn
 from bertknn_search.backends.embedded import SCHEMA_VERSION, EmbeddedBackend
-from bertknn_search.errors import IndexCorruptError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
 
 DIM = 4
@@ -59,6 +59,10 @@ def test_open_checks_presence_and_readability(tmp_path: Path, backend: EmbeddedB
     with pytest.raises(IndexCorruptError, match="cannot be read"):
         EmbeddedBackend.open(tmp_path / "junk")
     (tmp_path / "plain").mkdir()
+    # An empty directory (one an interrupted creation may leave) holds no index yet: ingest may fill it.
+    with pytest.raises(IndexNotFoundError, match="no index at"):
+        EmbeddedBackend.open(tmp_path / "plain")
+    (tmp_path / "plain" / "notes.txt").write_text("mine")
     with pytest.raises(IndexCorruptError, match="not a bertknn-search index"):
         EmbeddedBackend.open(tmp_path / "plain")
     assert EmbeddedBackend.open(tmp_path / "idx").meta() == META
@@ -206,3 +210,121 @@ def test_wrong_dimension_is_rejected_and_nothing_written(backend: EmbeddedBacken
     with pytest.raises(IndexMismatchError, match="dimension is 4"):
         backend.add_articles([good, bad])
     assert backend.fingerprints(["5", "6"]) == {}
+
+
+# --- creating and opening the file ----------------------------------------------------------------------
+
+
+def test_a_creation_never_replaces_an_index_another_process_created_first(tmp_path: Path) -> None:
+    from bertknn_search.backends import embedded, sqlite_file
+
+    first = EmbeddedBackend.create(tmp_path / "idx", META)
+    first.add_articles([encoded("1", "One", "one", [[0, 0, 0, 0]], [10])])
+    first.close()
+    # A second creator that found no file a moment ago publishes its own: the first one's stays.
+    values = {"schema_version": embedded.SCHEMA_VERSION, "model": "other"}
+    sqlite_file.publish(tmp_path / "idx" / "index.sqlite", embedded.SCHEMA, values)
+    again = EmbeddedBackend.open(tmp_path / "idx")
+    assert again.meta() == META and again.fingerprints(["1"]) == {"1": "f1"}
+    again.close()
+    assert not [p for p in (tmp_path / "idx").iterdir() if p.name.startswith(sqlite_file.BUILD_PREFIX)]
+
+
+def test_files_of_killed_creations_are_removed_by_the_next_create(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bertknn_search.backends.sqlite_file import BUILD_PREFIX
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    index = tmp_path / "idx"
+    index.mkdir()
+    dead = index / f"{BUILD_PREFIX}{int(gone.stdout)}-0a1b2c3d"
+    live = index / f"{BUILD_PREFIX}{os.getpid()}-0a1b2c3d"  # a creation still running: left alone
+    dead.write_bytes(b"half")
+    live.write_bytes(b"half")
+    with pytest.raises(IndexNotFoundError, match="no index at"):
+        EmbeddedBackend.open(index)
+    EmbeddedBackend.create(index, META).close()
+    assert not dead.exists() and live.exists()
+
+
+class _NoSharedMemory:
+    """A connection opened with mode=ro where SQLite cannot create ``-shm``: its first read fails."""
+
+    def execute(self, *args: object) -> None:
+        raise sqlite3.OperationalError("unable to open database file")
+
+    def close(self) -> None:
+        pass
+
+
+def _no_shared_memory(monkeypatch: pytest.MonkeyPatch, read_only_volume: bool, why: str) -> None:
+    """Simulate a place where SQLite cannot create ``-shm``: a read-only open fails, immutable works.
+
+    (Tests run as root here, where permissions do not stop writes; the real read-only mount is in
+    test_reliability.)
+    """
+    from bertknn_search.backends import sqlite_file
+
+    real = sqlite_file._sqlite
+
+    def sqlite(target: str, uri: bool = False) -> sqlite3.Connection | _NoSharedMemory:
+        if uri and "mode=ro" in target and "immutable=1" not in target:
+            return _NoSharedMemory()
+        return real(target, uri)
+
+    monkeypatch.setattr(sqlite_file, "_sqlite", sqlite)
+    monkeypatch.setattr(sqlite_file, "_read_only_volume", lambda directory: read_only_volume)
+    monkeypatch.setattr(sqlite_file, "_why_read_only", lambda db: why)
+
+
+def test_a_read_only_volume_is_read_as_immutable(
+    tmp_path: Path, backend: EmbeddedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = np.array([0.9, 0.1, 0, 0], dtype=np.float32)
+    want = backend.knn(q, 10, ["1", "2"])
+    backend.close()
+    _no_shared_memory(monkeypatch, read_only_volume=True, why="a read-only volume")
+    ro = EmbeddedBackend.open(tmp_path / "idx")
+    try:
+        assert ro.meta() == META
+        assert ro.knn(q, 10, ["1", "2"]).token_ids.tolist() == want.token_ids.tolist()
+        assert ro.stats().articles == 3
+        with pytest.raises(BackendError, match=r"is read-only here \(a read-only volume\)"):
+            ro.add_articles([encoded("5", "Five", "five", [[1, 1, 1, 1]], [1])])
+    finally:
+        ro.close()
+    with pytest.raises(BackendError, match="read-only here"):
+        EmbeddedBackend.create(tmp_path / "idx", META)
+
+
+def test_a_directory_this_user_cannot_write_is_not_called_corrupt(
+    tmp_path: Path, backend: EmbeddedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend.close()
+    _no_shared_memory(monkeypatch, read_only_volume=False, why="no write permission")
+    with pytest.raises(BackendError) as err:
+        EmbeddedBackend.open(tmp_path / "idx")
+    where = tmp_path / "idx"
+    assert str(err.value) == (
+        f"cannot open the index at {where} read-only (unable to open database file): SQLite must create"
+        f" index.sqlite-shm beside it and this user cannot write {where}; give it write access there, or"
+        " serve the index from a read-only mount"
+    )
+
+
+def test_damaged_rows_name_the_article(tmp_path: Path, backend: EmbeddedBackend) -> None:
+    with sqlite3.connect(tmp_path / "idx" / "index.sqlite") as conn:
+        conn.execute("UPDATE contexts SET sentences = '{\"a\": 1}' WHERE article = 2")
+        conn.execute("UPDATE contexts SET ends = x'00000000' WHERE article = 3")
+    with pytest.raises(
+        IndexCorruptError, match="sentences of article '2' are damaged \\(not a list of strings"
+    ):
+        backend.sentences([("2", 0)])
+    with pytest.raises(IndexCorruptError, match=r"contexts of article '3' are damaged .*differ in length"):
+        backend.knn(np.zeros(DIM, np.float32), 3, ["3"])
+    assert backend.knn(np.zeros(DIM, np.float32), 3, ["1"]).article_ids == ["1", "1"]

@@ -89,3 +89,39 @@ def test_missing_model_is_a_one_line_error(tmp_path: Path) -> None:
 def test_layer_out_of_range(tiny_model: Path) -> None:
     with pytest.raises(ModelLoadError, match="has 12 layers"):
         Encoder(str(tiny_model), layer=13, device="cpu")
+
+
+@pytest.mark.parametrize("device", ["garbage", "meta", "cpu:99", "cpu:0", "cuda:", "cuda:x", "cuda:²"])
+def test_place_refuses_what_is_not_a_device(device: str) -> None:
+    from bertknn_search.encoder import place
+    from bertknn_search.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        place(device)
+    assert (
+        str(err.value)
+        == f"device {device!r} (--device or BERTKNN_DEVICE) is not one of auto, cpu, cuda or cuda:N"
+    )
+
+
+@pytest.mark.parametrize("device", ["cpu", " CPU ", "auto"])
+def test_place_accepts_the_devices_it_names(device: str) -> None:
+    import torch
+
+    from bertknn_search.encoder import place
+
+    placement = place(device)
+    assert placement.device.type == ("cuda" if device == "auto" and torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize(
+    ("question", "message"),
+    [
+        ("zorblat was born in \udcff [MASK] .", "byte 0xff at character 21 is not UTF-8"),
+        ("\ud800 was born in [MASK] .", "character 1 is a lone surrogate (U+D800), not text"),
+    ],
+)
+def test_questions_that_are_not_text(encoder: Encoder, question: str, message: str) -> None:
+    with pytest.raises(QuestionError) as err:
+        encoder.prepare(question)
+    assert str(err.value) == f"the question is not valid text: {message}"

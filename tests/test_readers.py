@@ -204,7 +204,12 @@ def test_detect_format_of_a_directory(tmp_path: Path) -> None:
 
 @given(
     st.lists(
-        st.tuples(st.integers() | st.text(min_size=1).filter(str.strip), st.text(), st.text(), st.booleans()),
+        st.tuples(
+            st.integers() | st.text(min_size=1).filter(str.strip),
+            st.text(min_size=1).filter(str.strip),  # every article has a title
+            st.text(),
+            st.booleans(),
+        ),
         max_size=8,
     )
 )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import bz2
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.sqlite_file import BUILD_PREFIX
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import CITIES, FILLER, PEOPLE
@@ -300,3 +303,246 @@ def test_bad_dumps_are_one_line_errors(base_config: Config, tmp_path: Path, case
     if index.exists():
         arts, sents, _ = counts(index)
         assert arts in (0, 1) and sents == arts
+
+
+# --- creating an index -------------------------------------------------------------------------------
+
+
+def wait_for_first_file(proc: subprocess.Popen[str], index: Path) -> None:
+    """Poll (bounded) until the index directory holds a file, the moment an ingest starts creating it."""
+    for _ in range(int(WAIT / 0.001)):
+        if index.is_dir() and any(index.iterdir()):
+            return
+        try:
+            proc.wait(timeout=0.001)
+        except subprocess.TimeoutExpired:
+            continue
+        pytest.fail(f"ingest ended before it created the index: {proc.stderr.read() if proc.stderr else ''}")
+    pytest.fail("ingest created no index file in time")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.05])
+def test_kill_while_the_index_is_created_then_the_same_command_resumes(
+    corpus: Path, built_index: Config, tmp_path: Path, delay: float
+) -> None:
+    index = tmp_path / "index"
+    proc = start_ingest(corpus, index, built_index.model)
+    wait_for_first_file(proc, index)
+    if delay:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=delay)
+    proc.kill()
+    proc.communicate(timeout=WAIT)
+
+    rerun = start_ingest(corpus, index, built_index.model)
+    _, err = rerun.communicate(timeout=WAIT)
+    assert rerun.returncode == 0, err
+    assert "Traceback" not in err
+    assert counts(index) == counts(built_index.index)
+    assert not [p.name for p in index.iterdir() if p.name.startswith(BUILD_PREFIX)]
+
+
+def half_created_by_an_older_version(index: Path, kind: str) -> None:
+    """What older versions left when killed (or out of space) while creating: no complete meta."""
+    index.mkdir()
+    db = index / "index.sqlite"
+    if kind == "empty-file":
+        db.write_bytes(b"")
+        return
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        if kind == "meta-without-version":
+            conn.execute("INSERT INTO meta VALUES ('model', 'x')")
+
+
+@pytest.mark.parametrize("kind", ["empty-file", "tables-only", "meta-without-version"])
+def test_an_index_whose_creation_was_interrupted_is_created_by_the_next_ingest(
+    corpus: Path, built_index: Config, tmp_path: Path, kind: str
+) -> None:
+    index = tmp_path / "index"
+    half_created_by_an_older_version(index, kind)
+    result = CliRunner().invoke(main, ["stats", "--index", str(index)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip() == (
+        f"Error: index at {index} was never completely created (an ingest stopped while creating it);"
+        " run 'bertknn-search ingest wiki' again to create it"
+    )
+    args = [
+        "ingest",
+        "wiki",
+        str(corpus),
+        "--index",
+        str(index),
+        "--model",
+        built_index.model,
+        "--contexts",
+        "eager",
+    ]
+    result = CliRunner().invoke(main, [*args, "--device", "cpu", "--max-length", "64", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert counts(index) == counts(built_index.index)
+
+
+class _FullDisk:
+    """A connection on a full disk: creating the schema fails, as SQLite reports it."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def executescript(self, script: str) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def test_a_create_that_fails_on_a_full_disk_leaves_nothing_and_the_rerun_creates(
+    corpus: Path, built_index: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = tmp_path / "index"
+    args = [
+        "ingest",
+        "wiki",
+        str(corpus),
+        "--index",
+        str(index),
+        "--model",
+        built_index.model,
+        "--contexts",
+        "eager",
+    ]
+    args += ["--device", "cpu", "--max-length", "64", "--no-progress"]
+    real = sqlite3.connect
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite3, "connect", lambda *a, **k: _FullDisk(real(*a, **k)))
+        result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip() == (
+        f"Error: cannot create index at {index}: database or disk is full; nothing was created, run the"
+        " command again once the cause is fixed"
+    )
+    assert not index.exists()
+    result = CliRunner().invoke(main, args)  # space freed
+    assert result.exit_code == 0, result.output
+    assert counts(index) == counts(built_index.index)
+
+
+def test_a_failed_write_after_committed_batches_says_what_was_kept(
+    big_corpus: Path,
+    base_config: Config,
+    clean_counts: tuple,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    index = tmp_path / "index"
+    args = [
+        "ingest",
+        "wiki",
+        str(big_corpus),
+        "--index",
+        str(index),
+        "--model",
+        base_config.model,
+        "--contexts",
+        "eager",
+    ]
+    args += ["--device", "cpu", "--max-length", "64", "--no-progress"]
+    real = EmbeddedBackend._write_one
+    written = []
+
+    def failing(self, cur, item):
+        written.append(item.article.id)
+        if len(written) > 64:  # the second batch: the first one (64 articles) is committed
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, cur, item)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(EmbeddedBackend, "_write_one", failing)
+        result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip() == (
+        f"Error: cannot write to index at {index}: database or disk is full; the 64 articles written"
+        " before it are kept and the rest is not: run the same command again to resume"
+    )
+    assert stored_articles(index) == 64
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert counts(index) == clean_counts
+
+
+# --- read-only volumes -------------------------------------------------------------------------------
+
+READ_ONLY_RUN = """
+import json, sys
+from click.testing import CliRunner
+from bertknn_search.cli import main
+index, *commands = sys.argv[1:]
+out = []
+for command in commands:
+    result = CliRunner().invoke(main, [*json.loads(command), "--index", index])
+    out.append([result.exit_code, result.output])
+print(json.dumps(out))
+"""
+
+
+def run_on_read_only_mount(index: Path, *commands: list[str]) -> list[tuple[int, str]]:
+    """Run CLI commands in a process that sees ``index`` through a read-only bind mount."""
+    if os.name != "posix" or os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a read-only mount needs root and unshare (Linux); the read-only code path is")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=WAIT)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a mount namespace here: {probe.stderr.decode(errors='replace').strip()}")
+    script = index.parent / "read_only_run.py"
+    script.write_text(READ_ONLY_RUN, encoding="utf-8")
+    shell = 'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
+    argv = ["unshare", "-m", "sh", "-c", shell, "sh", str(index), sys.executable, str(script), str(index)]
+    proc = subprocess.run(
+        [*argv, *map(json.dumps, commands)], capture_output=True, text=True, timeout=WAIT, env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [tuple(r) for r in json.loads(proc.stdout)]
+
+
+def test_an_index_on_a_read_only_volume_answers_queries_and_stats(index_copy: Config, tmp_path: Path) -> None:
+    index = index_copy.index
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"id": "900", "title": "New", "text": "Zorblat met a poet."}) + "\n")
+    question = [
+        "query",
+        "Zorblat was born in [MASK].",
+        "--subject",
+        "Zorblat",
+        "--temperature",
+        "1",
+        "--json",
+    ]
+    stats, answer, add = run_on_read_only_mount(index, ["stats", "--json"], question, ["add", str(new)])
+    assert stats[0] == 0, stats[1]
+    assert json.loads(stats[1])["contexts"] == counts(index)[2]
+    assert answer[0] == 0, answer[1]
+    writable = CliRunner().invoke(main, [*question, "--index", str(index)])
+    assert json.loads(answer[1]) == json.loads(writable.output)
+    assert add[0] == 1 and add[1].strip() == (
+        f"Error: index at {index} is read-only here (a read-only volume); ingest and add need write access"
+        " to it and its directory"
+    )
+
+
+def test_a_read_only_index_with_unmerged_writes_says_so_and_not_corrupt(index_copy: Config) -> None:
+    index = index_copy.index
+    # A writer that died leaves its log (-wal) unmerged; without -shm, SQLite cannot read it read-only.
+    leave_wal = (
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+        " c.execute('PRAGMA wal_autocheckpoint=0');"
+        " c.execute(\"UPDATE meta SET value = value + 1 WHERE key = 'generation'\"); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", leave_wal, str(index / "index.sqlite")], check=True, timeout=WAIT)
+    assert (index / "index.sqlite-wal").stat().st_size > 0
+    (index / "index.sqlite-shm").unlink()
+    ((code, output),) = run_on_read_only_mount(index, ["stats"])
+    assert code == 1 and output.strip() == (
+        f"Error: the index at {index} is on a read-only volume with writes still in index.sqlite-wal but no"
+        " index.sqlite-shm to read them with; open it once where it is writable (for example"
+        " 'bertknn-search stats'), then copy it again"
+    )

@@ -71,3 +71,29 @@ def test_no_text_is_lost_and_no_sentence_is_empty(text: str) -> None:
 def test_paragraphs_split_independently(paragraphs: list[str]) -> None:
     text = "\n".join(paragraphs)
     assert split_sentences(text) == [s for p in paragraphs for s in split_sentences(p)]
+
+
+def test_a_huge_paragraph_is_split_in_bounded_pieces_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pysbd's time grows with the square of its input: it must never see a whole 50 MB line.
+    from bertknn_search.ingest import sentences
+
+    seen: list[int] = []
+    real = sentences._segmenter()
+
+    class Recording:
+        def segment(self, text: str) -> list[str]:
+            seen.append(len(text))
+            return real.segment(text)
+
+    monkeypatch.setattr(sentences, "_segmenter", lambda: Recording())
+    paragraph = " ".join(f"Zorblat met poet number {i} in Quenton." for i in range(2000))  # ~80,000 chars
+    out = split_sentences(paragraph + "\nA short one. Another.")
+    assert max(seen) <= sentences.PIECE_CHARS and len(seen) > 8
+    assert "".join("".join(out).split()) == "".join((paragraph + "A short one. Another.").split())
+    assert out[:2] == ["Zorblat met poet number 0 in Quenton.", "Zorblat met poet number 1 in Quenton."]
+    assert out[-2:] == ["A short one.", "Another."]
+    # Cut after a sentence end: every piece still splits into whole sentences.
+    assert all(s.startswith("Zorblat met poet number ") and s.endswith(" in Quenton.") for s in out[:-2])
+    assert len(out) == 2002

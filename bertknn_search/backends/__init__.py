@@ -12,8 +12,11 @@ if TYPE_CHECKING:
     from bertknn_search.encoder import Encoder
 
 
-def open_backend(config: Config, create: IndexMeta | None = None) -> Backend:
+def open_backend(config: Config, create: IndexMeta | None = None, for_writing: bool = False) -> Backend:
     """Open the index ``config`` names; with ``create``, make it (or check it matches) first.
+
+    ``for_writing`` (implied by ``create``) fails at once where the embedded index cannot be written;
+    an OpenSearch cluster reports its permissions on the first write.
 
     Raises:
         IndexNotFoundError, IndexCorruptError, IndexMismatchError, BackendError.
@@ -24,7 +27,9 @@ def open_backend(config: Config, create: IndexMeta | None = None) -> Backend:
         return OpenSearchBackend.create(config, create) if create else OpenSearchBackend.open(config)
     from bertknn_search.backends.embedded import EmbeddedBackend
 
-    return EmbeddedBackend.create(config.index, create) if create else EmbeddedBackend.open(config.index)
+    if create:
+        return EmbeddedBackend.create(config.index, create)
+    return EmbeddedBackend.open(config.index, for_writing=for_writing)
 
 
 def searchable(backend: Backend, encoder: Encoder, config: Config) -> Backend:

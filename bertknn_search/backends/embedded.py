@@ -6,6 +6,7 @@ answering from the last committed state while an ``add`` runs, and a crash never
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -18,10 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bertknn_search.backends import bm25, codec
+from bertknn_search.backends import bm25, codec, sqlite_file
 from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
-from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.errors import (
+    BackendError,
+    IndexCorruptError,
+    IndexIncompleteError,
+    IndexMismatchError,
+    StoreWriteError,
+)
 from bertknn_search.records import (
     Article,
     ArticleHit,
@@ -34,7 +41,7 @@ from bertknn_search.records import (
 from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import BIGRAM_JOIN, bigrams, document_text, query_terms, tokenize
 
-DB_NAME = "index.sqlite"
+DB_NAME = sqlite_file.DB_NAME
 SCHEMA_VERSION = "3"  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts
 UNIGRAMS, BIGRAMS = 0, 1
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
@@ -90,74 +97,91 @@ class EmbeddedBackend:
 
     name = "embedded"
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, meta: IndexMeta) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, meta: IndexMeta, read_only: str = "") -> None:
         self.path = path
         self._conn = conn
         self._meta = meta
+        self._read_only = read_only  # why this index was opened read-only; "" when it is writable
         self._lock = threading.RLock()  # the ingest writer thread shares the connection
         self._flat: FlatIndex | None = None
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
     def create(cls, path: Path, meta: IndexMeta) -> EmbeddedBackend:
-        """Open the index at ``path``, creating it with ``meta`` if it does not exist yet."""
-        path = Path(path)
-        if (path / DB_NAME).exists():
-            backend = cls.open(path)
-            check_meta(backend.meta(), meta, str(path))
-            return backend
-        if path.exists() and not path.is_dir():
-            raise IndexCorruptError(f"{path} is a file, not an index directory; choose another --index")
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            conn = _connect(path / DB_NAME)
-            conn.executescript(SCHEMA)
-            values = {**{k: str(v) for k, v in asdict(meta).items()}, "schema_version": SCHEMA_VERSION}
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", values.items())
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('generation', '0')")
-            conn.execute("COMMIT")
-        except (OSError, sqlite3.Error) as exc:
-            raise BackendError(f"cannot create index at {path}: {exc}") from exc
-        return cls(path, conn, meta)
+        """Open the index at ``path`` for writing, creating it with ``meta`` if it does not exist yet.
 
-    @classmethod
-    def open(cls, path: Path) -> EmbeddedBackend:
-        """Open an existing index.
+        Creation is atomic: the new file is built under a temporary name beside ``index.sqlite`` and
+        linked into place only once its schema and metadata are committed, so a kill at any moment
+        leaves either no index or a complete empty one, and running the command again goes on.
 
         Raises:
-            IndexNotFoundError: nothing at ``path``.
+            IndexMismatchError: the index exists and was built with other settings.
+            BackendError: the index cannot be created, or exists but is read-only.
+        """
+        path = Path(path)
+        db = path / DB_NAME
+        if path.exists() and not path.is_dir():
+            raise IndexCorruptError(f"{path} is a file, not an index directory; choose another --index")
+        if path.is_dir():
+            sqlite_file.remove_abandoned_builds(path)
+        if db.exists():
+            try:
+                return cls._open_for_writing(path, meta)
+            except IndexIncompleteError:
+                # An interrupted creation (by an older version) left it; it holds no data.
+                sqlite_file.discard(db)
+        made = not path.exists()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            values = {**{k: str(v) for k, v in asdict(meta).items()}, "schema_version": SCHEMA_VERSION}
+            sqlite_file.publish(db, SCHEMA, {**values, "generation": "0"})
+        except (OSError, sqlite3.Error) as exc:
+            if made:
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+            raise BackendError(
+                f"cannot create index at {path}: {exc}; nothing was created, run the command again once"
+                " the cause is fixed"
+            ) from exc
+        return cls._open_for_writing(path, meta)
+
+    @classmethod
+    def _open_for_writing(cls, path: Path, meta: IndexMeta) -> EmbeddedBackend:
+        backend = cls.open(path, for_writing=True)
+        try:
+            check_meta(backend.meta(), meta, str(path))
+        except BaseException:
+            backend.close()
+            raise
+        return backend
+
+    @classmethod
+    def open(cls, path: Path, for_writing: bool = False) -> EmbeddedBackend:
+        """Open an existing index; read-only when its directory or volume cannot be written.
+
+        Args:
+            path: the index directory.
+            for_writing: fail at once, with why, when the index can only be read here.
+
+        Raises:
+            IndexNotFoundError: nothing at ``path`` (IndexIncompleteError: its creation was interrupted).
             IndexCorruptError: ``path`` holds something that is not a readable index.
+            BackendError: the index cannot be opened here (permissions, a read-only volume it cannot be
+                read from); the index itself is fine.
         """
         path = Path(path)
         db = path / DB_NAME
         if not db.exists():
-            if path.exists():
-                raise IndexCorruptError(f"{path} is not a bertknn-search index (no {DB_NAME}); check --index")
-            raise IndexNotFoundError(f"no index at {path}; build one with 'bertknn-search ingest wiki'")
+            raise sqlite_file.missing_index(path)
+        conn, read_only = sqlite_file.connect(db)
         try:
-            conn = _connect(db)
-            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            if rows.get("schema_version") != SCHEMA_VERSION:
-                raise IndexCorruptError(
-                    f"index at {path} has schema version {rows.get('schema_version')!r}, this version of"
-                    f" bertknn-search reads {SCHEMA_VERSION}; ingest again into a new --index"
-                )
-            meta = IndexMeta(
-                model=rows["model"],
-                layer=int(rows["layer"]),
-                dim=int(rows["dim"]),
-                vocab_size=int(rows["vocab_size"]),
-                mask_policy=rows["mask_policy"],
-                store_dtype=rows["store_dtype"],
-                max_length=int(rows["max_length"]),
-                contexts=rows["contexts"],
-            )
-        except (sqlite3.Error, KeyError, ValueError) as exc:
-            raise IndexCorruptError(
-                f"index at {path} cannot be read ({exc}); rebuild it with ingest"
-            ) from exc
-        return cls(path, conn, meta)
+            backend = cls(path, conn, _read_meta(conn, path), read_only)
+            if for_writing:
+                backend._check_writable()
+        except BaseException:
+            conn.close()
+            raise
+        return backend
 
     @property
     def location(self) -> str:
@@ -166,12 +190,20 @@ class EmbeddedBackend:
     def meta(self) -> IndexMeta:
         return self._meta
 
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise BackendError(
+                f"index at {self.path} is read-only here ({self._read_only}); ingest and add need write"
+                " access to it and its directory"
+            )
+
     # -- writing ----------------------------------------------------------------------------------
     def add_articles(self, items: Sequence[EncodedArticle]) -> None:
         """Write or replace ``items`` in one transaction: all of them become visible at once."""
         if not items:
             return
-        with self._lock, self._write() as cur:
+        self._check_writable()
+        with self._lock, self._write(len(items)) as cur:
             for item in items:
                 self._write_one(cur, item)
             cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
@@ -283,7 +315,7 @@ class EmbeddedBackend:
 
     def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
         stored = 0
-        with self._lock, self._write() as cur:
+        with self._lock, self._write(len(items)) as cur:
             for item in items:
                 if item.contexts is None:
                     continue
@@ -303,7 +335,7 @@ class EmbeddedBackend:
         return stored
 
     def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
-        with self._lock, self._write() as cur:
+        with self._lock, self._write(0) as cur:
             total = cur.execute("SELECT COALESCE(SUM(bytes), 0) FROM contexts").fetchone()[0]
             if total <= budget:
                 return 0
@@ -330,7 +362,8 @@ class EmbeddedBackend:
         return len(dropped)
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Cursor]:
+    def _write(self, articles: int) -> Iterator[sqlite3.Cursor]:
+        """One write transaction for ``articles`` articles: all of them are committed, or none."""
         cur = self._conn.cursor()
         try:
             cur.execute("BEGIN IMMEDIATE")
@@ -339,10 +372,8 @@ class EmbeddedBackend:
         except BaseException as exc:
             if self._conn.in_transaction:
                 self._conn.rollback()
-            if isinstance(exc, sqlite3.OperationalError):
-                raise BackendError(
-                    f"cannot write to index at {self.path}: {exc}; nothing was written"
-                ) from exc
+            if isinstance(exc, sqlite3.DatabaseError):  # disk full, I/O error, read-only file
+                raise StoreWriteError(str(self.path), str(exc), articles) from exc
             raise
 
     # -- reading ----------------------------------------------------------------------------------
@@ -354,8 +385,8 @@ class EmbeddedBackend:
             try:
                 cur.execute("BEGIN")
                 yield cur
-            except sqlite3.DatabaseError as exc:
-                raise IndexCorruptError(f"index at {self.path} cannot be read: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise sqlite_file.read_error(self.path, exc) from exc
             finally:
                 if self._conn.in_transaction:
                     self._conn.rollback()
@@ -435,26 +466,40 @@ class EmbeddedBackend:
         if article_ids is not None:
             sql += f" WHERE a.id IN ({','.join('?' * len(article_ids))})"
             args = list(article_ids)
-        dim, dtype = self._meta.dim, self._meta.store_dtype
         with self._read() as cur:
             rows = cur.execute(sql + " ORDER BY a.id", args).fetchall()
-        return [
-            (
-                aid,
-                {
-                    "vectors": codec.decode(v, len(t) // 4, dim, dtype),
-                    "token_ids": np.frombuffer(t, dtype=np.int32),
-                    "sentence_ids": np.frombuffer(s, dtype=np.int32),
-                    "starts": np.frombuffer(a, dtype=np.int32),
-                    "ends": np.frombuffer(e, dtype=np.int32),
-                },
-            )
-            for aid, v, t, s, a, e in rows
-        ]
+        return [(row[0], self._block(*row)) for row in rows]
+
+    def _block(self, article_id: str, vectors: bytes, *columns: bytes) -> Block:
+        """One article's stored context arrays, checked: a damaged row is named, not a numpy error."""
+        try:
+            token_ids, sentence_ids, starts, ends = (np.frombuffer(c, dtype=np.int32) for c in columns)
+            if not token_ids.size == sentence_ids.size == starts.size == ends.size:
+                raise ValueError("its context arrays differ in length")
+            decoded = codec.decode(vectors, token_ids.size, self._meta.dim, self._meta.store_dtype)
+        except (ValueError, TypeError, IndexCorruptError) as exc:
+            raise IndexCorruptError(
+                f"index at {self.path}: the stored contexts of article {article_id!r} are damaged ({exc});"
+                " add that article again or rebuild the index with ingest"
+            ) from exc
+        return {
+            "vectors": decoded,
+            "token_ids": token_ids,
+            "sentence_ids": sentence_ids,
+            "starts": starts,
+            "ends": ends,
+        }
 
     def _flat_index(self) -> FlatIndex:
         with self._read() as cur:
-            generation = int(cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+            row = cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        value = None if row is None else row[0]
+        try:
+            generation = int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise IndexCorruptError(
+                f"index at {self.path}: its generation counter is damaged ({value!r}); rebuild it with ingest"
+            ) from exc
         if self._flat is None or self._flat.generation != generation:
             self._flat = FlatIndex.build(self._load_blocks(None), self._meta.dim, generation)
         return self._flat
@@ -468,8 +513,21 @@ class EmbeddedBackend:
                 f" WHERE a.id IN ({marks})",
                 wanted,
             ).fetchall()
-        texts = {aid: json.loads(s) for aid, s in rows}
+        texts = {aid: self._sentence_list(aid, s) for aid, s in rows}
         return [texts[aid][i] if aid in texts and i < len(texts[aid]) else "" for aid, i in refs]
+
+    def _sentence_list(self, article_id: str, stored: str) -> list[str]:
+        try:
+            value = json.loads(stored)
+        except (TypeError, ValueError) as exc:
+            value = exc
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise IndexCorruptError(
+                f"index at {self.path}: the stored sentences of article {article_id!r} are damaged"
+                f" ({value if isinstance(value, Exception) else 'not a list of strings'});"
+                " add that article again or rebuild the index with ingest"
+            )
+        return value
 
     def titles(self, article_ids: Sequence[str]) -> dict[str, str]:
         ids = list(dict.fromkeys(article_ids))
@@ -486,7 +544,7 @@ class EmbeddedBackend:
             chars, encoded_chars = cur.execute(
                 "SELECT COALESCE(SUM(n_chars), 0), COALESCE(SUM(n_chars * (n_contexts > 0)), 0) FROM articles"
             ).fetchone()
-        size = sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
+        size = sum(p.stat().st_size for p in self.path.iterdir() if p.name.startswith(DB_NAME))
         estimate = extrapolate(contexts, chars, encoded_chars, self._meta)
         return IndexStats(
             backend="embedded",
@@ -506,13 +564,43 @@ class EmbeddedBackend:
             self._conn.close()
 
 
-def _connect(db: Path) -> sqlite3.Connection:
-    # check_same_thread=False: the ingest pipeline writes from one background thread, under self._lock.
-    conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    return conn
+def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
+        if "schema_version" not in rows:
+            if "articles" in tables and conn.execute("SELECT EXISTS (SELECT 1 FROM articles)").fetchone()[0]:
+                raise IndexCorruptError(
+                    f"index at {path} cannot be read (it holds articles but no metadata): it is damaged;"
+                    " restore it from a backup or ingest again into a new --index"
+                )
+            # Only an older version could publish a file before its metadata; it holds no data.
+            raise IndexIncompleteError(
+                f"index at {path} was never completely created (an ingest stopped while creating it);"
+                " run 'bertknn-search ingest wiki' again to create it"
+            )
+        if rows["schema_version"] != SCHEMA_VERSION:
+            raise IndexCorruptError(
+                f"index at {path} has schema version {rows['schema_version']!r}, this version of"
+                f" bertknn-search reads {SCHEMA_VERSION}; ingest again into a new --index"
+            )
+        return IndexMeta(
+            model=rows["model"],
+            layer=int(rows["layer"]),
+            dim=int(rows["dim"]),
+            vocab_size=int(rows["vocab_size"]),
+            mask_policy=rows["mask_policy"],
+            store_dtype=rows["store_dtype"],
+            max_length=int(rows["max_length"]),
+            contexts=rows["contexts"],
+        )
+    except sqlite3.Error as exc:
+        raise sqlite_file.read_error(path, exc) from exc
+    except (KeyError, ValueError) as exc:
+        raise IndexCorruptError(
+            f"index at {path} cannot be read (its metadata lacks or garbles {exc}): it is damaged;"
+            " restore it from a backup or rebuild it with ingest"
+        ) from exc
 
 
 def _update_field_stats(cur: sqlite3.Cursor, lengths: tuple[int, int], sign: int) -> None:

@@ -1,0 +1,283 @@
+"""Reliability, input side: what users type or feed (devices, bytes, huge or repeated articles, damaged rows)
+ends in one line, and what an ingest reports (counts, progress) is right."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from bertknn_search.cli import main
+from bertknn_search.config import Config
+from bertknn_search.ingest import readers
+from bertknn_search.ingest.pipeline import add_articles, ingest
+
+pytestmark = pytest.mark.reliability
+WAIT = 120.0
+
+
+def one_line_error(result: Result) -> str:
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def ingest_args(source: Path, index: Path, model: str, *extra: str) -> list[str]:
+    args = ["ingest", "wiki", str(source), "--index", str(index), "--model", model, "--max-length", "64"]
+    return [*args, "--no-progress", *extra]
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# --- input files ---------------------------------------------------------------------------------------
+
+
+def test_an_escaped_lone_surrogate_is_one_line_and_creates_no_index(
+    base_config: Config, tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": 1, "title": "A", "text": "Zorblat \\ud800 was a poet."}\n', encoding="utf-8")
+    index = tmp_path / "index"
+    line = one_line_error(
+        CliRunner().invoke(main, ingest_args(path, index, base_config.model, "--device", "cpu"))
+    )
+    assert line == (
+        f"Error: {path}: line 1 has a text that is not valid Unicode: character 9 is a lone surrogate"
+        " (U+D800), not text (an escape such as \\ud800 without its pair); fix or drop that article"
+    )
+    assert not index.exists()  # the first articles failed: no empty index is left behind
+
+
+def test_an_empty_title_is_refused(base_config: Config, tmp_path: Path) -> None:
+    path = jsonl(tmp_path / "a.jsonl", [{"id": 5, "title": "  ", "text": "Zorblat was a poet."}])
+    line = one_line_error(
+        CliRunner().invoke(main, ingest_args(path, tmp_path / "i", base_config.model, "--device", "cpu"))
+    )
+    assert line == (
+        f"Error: {path}: line 1 (id 5) has an empty title; give every article a title (a subject finds its"
+        " article by title)"
+    )
+
+
+def test_an_article_past_the_size_limit_is_one_line(
+    base_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real limit is 2 MiB; a small one keeps the test fast (raising=False: older code had none).
+    monkeypatch.setattr(readers, "MAX_ARTICLE_CHARS", 10_000, raising=False)
+    text = "Zorblat was a poet. " * 600  # 12,000 characters
+    path = jsonl(tmp_path / "huge.jsonl", [{"id": 1, "title": "Huge", "text": text}])
+    line = one_line_error(
+        CliRunner().invoke(main, ingest_args(path, tmp_path / "i", base_config.model, "--device", "cpu"))
+    )
+    assert line == (
+        f"Error: {path}: line 1 ('Huge') holds 12,000 characters; one article may hold at most 10,000"
+        " (Wikipedia's own page limit): split it into several articles"
+    )
+
+
+def test_the_size_limit_is_wikipedias_and_is_checked_before_markup_is_parsed(tmp_path: Path) -> None:
+    assert readers.MAX_ARTICLE_CHARS == 2 * 1024 * 1024
+    wikitext = "{{a}}" * (readers.MAX_ARTICLE_CHARS // 5 + 1)  # all markup: nothing left once parsed
+    dump = tmp_path / "dump.xml"
+    dump.write_text(
+        f"<mediawiki><page><title>Big</title><ns>0</ns><id>7</id><revision><text>{wikitext}</text>"
+        "</revision></page></mediawiki>",
+        encoding="utf-8",
+    )
+    with pytest.raises(readers.InputFormatError, match=r"page 7 \('Big'\) holds 2,097,155 characters"):
+        list(readers.read_articles(dump))
+
+
+# --- what the user types -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["garbage", "meta", "cpu:99", "cuda:x"])
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_a_bad_device_is_one_line_before_any_work(
+    built_index: Config, base_config: Config, corpus: Path, tmp_path: Path, device: str, given: str
+) -> None:
+    message = f"Error: device {device!r} (--device or BERTKNN_DEVICE) is not one of auto, cpu, cuda or cuda:N"
+    flag = ["--device", device] if given == "flag" else []
+    env = {"BERTKNN_DEVICE": device} if given == "environment" else {}
+    query = ["query", "Zorblat was born in [MASK].", "--index", str(built_index.index), *flag]
+    assert one_line_error(CliRunner().invoke(main, query, env=env)) == message
+    index = tmp_path / "index"
+    result = CliRunner().invoke(main, ingest_args(corpus, index, base_config.model, *flag), env=env)
+    assert one_line_error(result) == message
+    assert not index.exists()
+
+
+def test_a_gpu_that_is_not_there_is_one_line(built_index: Config) -> None:
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    query = ["query", "Zorblat was born in [MASK].", "--index", str(built_index.index), "--device", "cuda:99"]
+    line = one_line_error(CliRunner().invoke(main, query))
+    if count:
+        assert line == (
+            f"Error: device 'cuda:99' asked for, but this machine has {count} GPU(s):"
+            f" cuda:0 to cuda:{count - 1}"
+        )
+    else:
+        assert line == "Error: --device cuda:99 asked for, but no CUDA GPU is available; use --device cpu"
+
+
+def test_question_bytes_that_are_not_utf8_are_one_line(built_index: Config) -> None:
+    # Real argv bytes: Python keeps the invalid byte as a surrogate (PEP 383), which the tokenizer rejects.
+    argv = [sys.executable, "-m", "bertknn_search", "query", b"Zorblat was born in \xff [MASK]."]
+    argv += ["--index", str(built_index.index)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(argv, capture_output=True, timeout=WAIT, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().strip() == (
+        "Error: the question is not valid text: byte 0xff at character 21 is not UTF-8"
+    )
+
+
+def test_a_subject_that_is_not_utf8_is_one_line(built_index: Config) -> None:
+    # What click receives from argv holding the bytes b"Zorbl\xe4t" (Latin-1, not UTF-8).
+    query = [
+        "query",
+        "Zorblat was born in [MASK].",
+        "--subject",
+        "Zorbl\udce4t",
+        "--index",
+        str(built_index.index),
+    ]
+    line = one_line_error(CliRunner().invoke(main, query))
+    assert line == "Error: the subject is not valid text: byte 0xe4 at character 6 is not UTF-8"
+
+
+# --- damaged rows inside the store ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("damage", "flags", "message"),
+    [
+        (
+            "UPDATE contexts SET sentences = 'not json' WHERE article ="
+            " (SELECT rowid FROM articles WHERE id = '100')",
+            ["--subject", "Zorblat", "--temperature", "1"],  # kNN answers first: their evidence is read
+            "the stored sentences of article '100' are damaged (Expecting value: line 1 column 1 (char 0));",
+        ),
+        (
+            "UPDATE contexts SET token_ids = x'0102' WHERE article ="
+            " (SELECT rowid FROM articles WHERE id = '100')",
+            ["--subject", "Zorblat"],
+            "the stored contexts of article '100' are damaged (",
+        ),
+        (
+            "UPDATE meta SET value = 'x' WHERE key = 'generation'",
+            ["--no-ir"],
+            "its generation counter is damaged ('x'); rebuild it with ingest",
+        ),
+    ],
+)
+def test_damaged_rows_are_one_line(index_copy: Config, damage: str, flags: list[str], message: str) -> None:
+    with sqlite3.connect(index_copy.index / "index.sqlite") as conn:
+        conn.execute(damage)
+    query = ["query", "Zorblat was born in [MASK].", "--index", str(index_copy.index), *flags]
+    line = one_line_error(CliRunner().invoke(main, query))
+    assert line.startswith(f"Error: index at {index_copy.index}: {message}")
+
+
+# --- what an ingest reports --------------------------------------------------------------------------------
+
+
+def test_duplicate_ids_are_counted_and_the_later_one_wins(index_copy: Config, tmp_path: Path) -> None:
+    rows = [
+        {"id": "700", "title": "Pell", "text": "Pell was born in Quenton."},
+        {"id": "701", "title": "Orrin", "text": "Orrin was a poet."},
+        {"id": "700", "title": "Pell", "text": "Pell was born in Gorrash."},
+        {"id": "100", "title": "Zorblat", "text": "Zorblat was born in Yentil."},  # stored with other text
+    ]
+    result = CliRunner().invoke(
+        main,
+        [
+            "add",
+            str(jsonl(tmp_path / "a.jsonl", rows)),
+            "--index",
+            str(index_copy.index),
+            "--json",
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output.strip().splitlines()[-1])
+    assert (summary["articles"], summary["duplicates"], summary["replaced"]) == (3, 1, 1)
+    from bertknn_search.backends.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend.open(index_copy.index)
+    try:
+        assert backend.sentences([("700", 0)]) == ["Pell was born in Gorrash."]
+    finally:
+        backend.close()
+
+
+def test_repeated_ids_across_chunks_of_a_streamed_dump_are_counted(
+    base_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bertknn_search.ingest import pipeline
+
+    monkeypatch.setattr(pipeline, "CHUNK_ARTICLES", 2)
+    rows = [{"id": str(i % 3), "title": f"T{i % 3}", "text": f"Zorblat met poet {i}."} for i in range(7)]
+    summary = ingest(
+        jsonl(tmp_path / "r.jsonl", rows), base_config.replace(index=tmp_path / "i"), progress=False
+    )
+    # ids 0 1 | 2 0 | 1 2 | 0: four records come again later; each later one replaced what was written.
+    assert (summary.articles, summary.duplicates, summary.replaced) == (7, 4, 4)
+
+
+def test_add_shows_its_own_label_and_a_total(
+    index_copy: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [
+        {"id": str(800 + i), "title": f"New {i}", "text": f"Zorblat met poet {i} in Quenton."}
+        for i in range(3)
+    ]
+    add_articles(jsonl(tmp_path / "n.jsonl", rows), index_copy, progress=True)
+    err = capsys.readouterr().err
+    assert "add: 100%" in err and "3/3 articles" in err and "ingest" not in err
+
+
+def test_ingest_progress_counts_articles_of_the_limit_and_contexts_per_batch(
+    base_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bertknn_search.demo import FILLER
+
+    rows = [
+        {"id": str(i), "title": f"Article {i}", "text": " ".join(FILLER[i % 7 :][:12]).capitalize() + "."}
+        for i in range(200)
+    ]
+    config = base_config.replace(index=tmp_path / "i", batch_size=16)
+    summary = ingest(jsonl(tmp_path / "c.jsonl", rows), config, limit=150, progress=True)
+    err = capsys.readouterr().err
+    screens = err.replace("\r", "\n").splitlines()
+    assert any(line.startswith("ingest: 100%") and "150/150 articles" in line for line in screens)
+    assert " articles/s" in err and " contexts/s" in err and "s/ articles" not in err
+    # The bar moves with every encoder batch inside a chunk, not only once a chunk is done.
+    first_chunk = [line for line in screens if "encoding" in line and "| 0/150 articles" in line]
+    assert any("encoding 16/" in line for line in first_chunk)
+    estimates = [line for line in screens if line.startswith("~")]
+    assert len(estimates) == 1
+    assert estimates[0].endswith(f"for the remaining {150 - 2 * 64} articles")
+    assert " contexts/s on cpu; about " in estimates[0]
+    assert summary.articles == 150
+
+
+def test_without_progress_nothing_is_printed(
+    base_config: Config, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ingest(corpus, base_config.replace(index=tmp_path / "i"), progress=False)
+    assert capsys.readouterr().err == ""
