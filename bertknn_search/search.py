@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from bertknn_search.records import (
 from bertknn_search.retrieve import retrieve
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
+_UNUSED = re.compile(r"\[unused\d+\]")
 EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown
 EVIDENCE_SENTENCES = 3
 
@@ -154,8 +157,22 @@ class Searcher:
             answers.append(_with_evidence(answer, s.neighbors, self.backend))
         return answers
 
+    @cached_property
+    def answerable(self) -> np.ndarray:
+        """(V,) bool: ids that may be listed as answers; special tokens never are.
+
+        ``[MASK]``, ``[CLS]``, ``[SEP]``, ``[PAD]``, ``[UNK]`` and ``[unused…]`` are left out of every
+        ranking, but the other words keep their probabilities (no renormalisation), as in the paper.
+        """
+        vocab, tokenizer = self.encoder.vocab, self.encoder.tokenizer
+        mask = np.ones(len(vocab), dtype=bool)
+        special = {int(i) for i in tokenizer.all_special_ids if 0 <= int(i) < len(vocab)}
+        special.update(i for i, word in enumerate(vocab) if _UNUSED.fullmatch(word) or not word)
+        mask[sorted(special)] = False
+        return mask
+
     def _predictions(self, p: np.ndarray) -> list[Prediction]:
-        ids, probs = rank(p, self.config.top)
+        ids, probs = rank(p, self.config.top, self.answerable)
         vocab = self.encoder.vocab
         return [Prediction(vocab[i], int(i), float(pr)) for i, pr in zip(ids, probs)]
 

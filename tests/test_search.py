@@ -167,3 +167,26 @@ def test_int8_store_answers_like_float16_in_fewer_bytes(
     finally:
         small.close()
         full.close()
+
+
+def test_special_tokens_are_never_listed_as_answers(
+    searcher: Searcher, facts: list[Fact], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tok = searcher.encoder.tokenizer
+    specials = [tok.mask_token_id, tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.unk_token_id]
+    real = searcher.encode
+
+    def peaked(questions):  # type: ignore[no-untyped-def]
+        states, p_bert = real(questions)
+        p_bert = p_bert.copy()
+        p_bert[:, specials] = 0.15  # BERT puts most of its mass on special tokens
+        return states, p_bert
+
+    monkeypatch.setattr(searcher, "encode", peaked)
+    answer = searcher.answer(born(facts[0]))
+    p_bert = peaked([born(facts[0])])[1][0]
+    for ranking in (answer.bert, answer.bert_knn, answer.knn):
+        assert not {p.token_id for p in ranking} & set(specials)
+    # The other words keep their probabilities: no renormalisation over what is left.
+    assert [p.prob for p in answer.bert] == pytest.approx([float(p_bert[p.token_id]) for p in answer.bert])
+    assert answer.bert_knn[0].word == facts[0].city
