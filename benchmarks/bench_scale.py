@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from itertools import pairwise
+from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
@@ -90,29 +91,41 @@ def write_corpus(n: int, path: Path, seed: int) -> None:
             f.write(json.dumps({"id": a.id, "title": a.title, "text": a.text}) + "\n")
 
 
-def text_only_ingest(corpus: Path, index: Path, batch_articles: int) -> dict[str, Any]:
-    """Read, split and store every article (no contexts); times each stage."""
+def text_only_ingest(corpus: Path, index: Path, batch_articles: int, processes: int) -> dict[str, Any]:
+    """Read, split and store every article (no contexts), timing each stage.
+
+    With ``processes`` > 1, splitting and the IR terms are computed in a pool of worker processes (what
+    ingest's text preparation would do with workers) and handed to the writer, which then only writes.
+    """
     backend = EmbeddedBackend.create(index, META)
-    stage = {"read": 0.0, "split": 0.0, "store": 0.0}
+    stage = {"read_and_prepare": 0.0, "store": 0.0}
     chars = articles = 0
     started = time.perf_counter()
-    reader = read_articles(corpus)
-    while True:
-        t0 = time.perf_counter()
-        chunk = [a for _, a in zip(range(batch_articles), reader)]
-        t1 = time.perf_counter()
-        if not chunk:
-            break
-        backend.fingerprints([a.id for a in chunk])  # the resume check ingest makes for every chunk
-        items = [EncodedArticle(a, ContextBlock.empty(META.dim, split_sentences(a.text)), "f") for a in chunk]
-        t2 = time.perf_counter()
-        backend.add_articles(items)
-        t3 = time.perf_counter()
-        stage["read"] += t1 - t0
-        stage["split"] += t2 - t1
-        stage["store"] += t3 - t2
-        chars += sum(len(a.text) for a in chunk)
-        articles += len(chunk)
+    chunks = _chunks(read_articles(corpus), batch_articles)
+    pool = Pool(processes) if processes > 1 else None
+    prepared_chunks = pool.imap(_prepare, chunks) if pool else map(_prepare_here, chunks)
+    try:
+        while True:
+            t0 = time.perf_counter()
+            prepared = next(prepared_chunks, None)
+            t1 = time.perf_counter()
+            if prepared is None:
+                break
+            chunk = [a for a, _, _ in prepared]
+            backend.fingerprints([a.id for a in chunk])  # the resume check ingest makes for every chunk
+            items = [EncodedArticle(a, ContextBlock.empty(META.dim, s), "f") for a, s, _ in prepared]
+            if pool:
+                _PRECOMPUTED.clear()
+                _PRECOMPUTED.update(((a.title, a.text), f) for a, _, f in prepared)
+            backend.add_articles(items)
+            t3 = time.perf_counter()
+            stage["read_and_prepare"] += t1 - t0  # with workers: the wait for their next chunk
+            stage["store"] += t3 - t1
+            chars += sum(len(a.text) for a in chunk)
+            articles += len(chunk)
+    finally:
+        if pool:
+            pool.terminate()
     seconds = time.perf_counter() - started
     backend.close()
     return {
@@ -122,11 +135,28 @@ def text_only_ingest(corpus: Path, index: Path, batch_articles: int) -> dict[str
         "mb_per_s": chars / 1e6 / seconds,
         "articles_per_s": articles / seconds,
         "stage_seconds": stage,
-        "bytes": {
-            "sqlite": dir_bytes(index) - dir_bytes(index / "articles.tantivy"),
-            "total": dir_bytes(index),
-        },
+        "bytes": {"total": dir_bytes(index), "tantivy": dir_bytes(index / "articles.tantivy")},
     }
+
+
+_PRECOMPUTED: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def _chunks(articles: Iterator[Article], size: int) -> Iterator[list[Article]]:
+    while chunk := [a for _, a in zip(range(size), articles)]:
+        yield chunk
+
+
+def _prepare_here(chunk: list[Article]) -> list[tuple[Article, list[str], None]]:
+    """In the writer's process: splitting only; ``add_articles`` makes the IR terms itself."""
+    return [(a, split_sentences(a.text), None) for a in chunk]
+
+
+def _prepare(chunk: list[Article]) -> list[tuple[Article, list[str], tuple[str, str]]]:
+    """In a worker process: splitting and the IR terms."""
+    from bertknn_search.backends.article_index import field_texts
+
+    return [(a, split_sentences(a.text), field_texts(a.title, a.text)) for a in chunk]
 
 
 def questions(corpus: Path, n: int, seed: int) -> list[tuple[str, str]]:
@@ -173,7 +203,7 @@ def run_sizes(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if not corpus.exists():
             write_corpus(n, corpus, args.seed)
         index = work / f"index-{n}-{args.label}"
-        ingest = text_only_ingest(corpus, index, args.batch_articles)
+        ingest = text_only_ingest(corpus, index, args.batch_articles, args.prep_processes)
         latency = ir_latency(index, questions(corpus, args.questions, args.seed))
         results[str(n)] = {"ingest": ingest, "ir": latency}
         print(f"[{args.label}] {n:,} articles: {json.dumps(results[str(n)])}", file=sys.stderr, flush=True)
@@ -193,7 +223,8 @@ def baseline(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     subprocess.run(["tar", "-x", "-C", str(package)], input=archive.stdout, check=True)
     out = work / "baseline.json"
     argv = [sys.executable, __file__, "--work", str(work), "--label", "baseline", "--out", str(out)]
-    argv += ["--articles", *map(str, args.articles), "--questions", str(args.questions)]
+    sizes = args.baseline_articles or args.articles
+    argv += ["--articles", *map(str, sizes), "--questions", str(args.questions)]
     argv += ["--batch-articles", str(args.batch_articles), "--seed", str(args.seed)]
     subprocess.run(argv, env={**os.environ, "BENCH_SCALE_PACKAGE": str(package)}, check=True)
     return json.loads(out.read_text())["sizes"]
@@ -250,7 +281,6 @@ def _boundaries(sentences: list[str]) -> set[int]:
 def xml_path(processes: int) -> dict[str, Any]:
     import bz2
     import xml.etree.ElementTree as ET
-    from multiprocessing import Pool
 
     from bertknn_search.ingest.wikitext import wikitext_to_text
 
@@ -283,16 +313,31 @@ def main() -> None:
         "--batch-articles", type=int, default=64, help="articles a write (ingest's chunk: 64)"
     )
     parser.add_argument("--baseline", help="git ref whose bertknn_search to run as well, on the same corpus")
+    parser.add_argument(
+        "--baseline-articles", type=int, nargs="*", help="sizes for the baseline (default: all)"
+    )
     parser.add_argument("--splitters", action="store_true")
     parser.add_argument("--xml", action="store_true")
-    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="for --xml")
+    parser.add_argument(
+        "--prep-processes", type=int, default=1, help="worker processes preparing text for the writer"
+    )
     parser.add_argument("--work", type=Path, help="corpora and indexes (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the indexes")
     parser.add_argument("--label", default="this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    results: dict[str, Any] = {"cpu_count": os.cpu_count(), "batch_articles": args.batch_articles}
+    results: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "batch_articles": args.batch_articles,
+        "prep_processes": args.prep_processes,
+    }
+    if args.prep_processes > 1:
+        # The writer takes the IR terms the workers made instead of making them again.
+        from bertknn_search.backends import embedded
+
+        embedded.field_texts = lambda title, text: _PRECOMPUTED[(title, text)]
     if args.splitters:
         results["splitters"] = splitters()
     if args.xml:

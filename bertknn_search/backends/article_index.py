@@ -47,7 +47,8 @@ LOCK = "write.lock"
 # yields "_".
 STOPWORD_TERM = "_"
 LOCK_TIMEOUT_S = 60.0  # as long as SQLite waits for its own write lock
-WRITER_HEAP = 64_000_000
+WRITER_HEAP = 64_000_000  # per indexing thread
+DOCS_PER_THREAD = 1_000  # a large write gets an indexing thread per this many documents, up to the cores
 FIRST_FETCH = 8  # hits beyond n fetched at first, for ties and for articles a reader does not hold yet
 
 # The committed SQLite version of each article id SQLite holds (ids it lacks are left out).
@@ -56,10 +57,10 @@ Versions = Callable[[Sequence[str]], dict[str, int]]
 
 def field_texts(title: str, text: str) -> tuple[str, str]:
     """The unigram and bigram field text an article is indexed with: its terms joined by spaces."""
-    tokens = [STOPWORD_TERM if t in STOPWORDS else t for t in tokenize(document_text(title, text))]
-    pairs = (
-        STOPWORD_TERM if STOPWORD_TERM in (a, b) else f"{a}{BIGRAM_JOIN}{b}" for a, b in pairwise(tokens)
-    )
+    stop = STOPWORD_TERM
+    tokens = [stop if t in STOPWORDS else t for t in tokenize(document_text(title, text))]
+    # "is" against the one placeholder object, and a list for join: the fast forms of this hot loop.
+    pairs = [stop if a is stop or b is stop else a + BIGRAM_JOIN + b for a, b in pairwise(tokens)]
     return " ".join(tokens), " ".join(pairs)
 
 
@@ -199,10 +200,14 @@ class ArticleIndex:
 
     # -- writing ----------------------------------------------------------------------------------
     @contextmanager
-    def writing(self, versions: Versions) -> Iterator[ArticleBatch]:
+    def writing(self, versions: Versions, documents: int) -> Iterator[ArticleBatch]:
         """Hold the write lock and a tantivy writer for one write; settle both stores on the way out.
 
         The caller commits its SQLite transaction inside the ``with`` block, after ``batch.commit()``.
+
+        Args:
+            versions: reads the committed SQLite version of articles.
+            documents: how many articles the write adds (sizes the writer).
 
         Raises:
             BackendError: another writer holds the lock too long, or tantivy cannot write.
@@ -217,7 +222,7 @@ class ArticleIndex:
         try:
             with _tantivy_errors(self.root):
                 self._repair(versions)
-                writer = self._writer()
+                writer = self._writer(documents)
             batch = ArticleBatch(self, writer)
             try:
                 yield batch
@@ -283,8 +288,10 @@ class ArticleIndex:
                 )
         writer.commit()
 
-    def _writer(self) -> tantivy.IndexWriter:
-        return self._index.writer(heap_size=WRITER_HEAP, num_threads=1)
+    def _writer(self, documents: int = 0) -> tantivy.IndexWriter:
+        # Each thread writes its own segment per commit, so small writes get one.
+        threads = max(1, min(os.cpu_count() or 1, documents // DOCS_PER_THREAD))
+        return self._index.writer(heap_size=WRITER_HEAP * threads, num_threads=threads)
 
     def _write_pending(self, ids: Sequence[str]) -> None:
         tmp = self.root / f"{PENDING}.tmp"

@@ -142,7 +142,7 @@ class EmbeddedBackend:
         if not items:
             return
         fields = [field_texts(item.article.title, item.article.text) for item in items]  # before locking
-        with self._lock, self._ir.writing(self._ir_versions) as batch, self._write() as cur:
+        with self._lock, self._ir.writing(self._ir_versions, len(items)) as batch, self._write() as cur:
             for item, item_fields in zip(items, fields):
                 batch.add(item.article.id, item_fields, replaces=self._write_one(cur, item, batch.version))
             cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
