@@ -276,3 +276,37 @@ def test_a_writer_waits_for_the_lock_then_says_who_holds_it(index_dir: Path, mon
         assert backend.fingerprints(["3"]) == {}
     finally:
         backend.close()
+
+
+@pytest.mark.reliability
+def test_two_writer_processes_at_once_leave_one_document_per_article(index_dir: Path) -> None:
+    build(index_dir)
+    script = """
+        import sys
+        from bertknn_search.backends.embedded import EmbeddedBackend
+        from tests.test_article_index import article
+
+        who = sys.argv[1]
+        backend = EmbeddedBackend.open(sys.argv[2])
+        for i in range(15):  # its own articles, and article 1 replaced by both writers in turn
+            mine = article(f"{who}{i}", "T", f"word{who}{i} shared")
+            backend.add_articles([mine, article("1", "Q", f"writer{who}")])
+        backend.close()
+    """
+    root = Path(__file__).resolve().parents[1]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), who, str(index_dir)], cwd=root)
+        for who in ("a", "b")
+    ]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    backend = EmbeddedBackend.open(index_dir)
+    try:
+        assert backend.stats().articles == 2 + 30
+        assert backend._ir.documents() == 32
+        assert not (index_dir / PENDING).exists()
+        assert ids(backend, "worda7") == ["a7"] and ids(backend, "wordb14") == ["b14"]
+        assert len(backend.search_articles("shared", 40)) == 30
+        # Article 1 holds the last writer's text only: the other writer's version was settled away.
+        assert sorted([ids(backend, "writera"), ids(backend, "writerb")]) == [[], ["1"]]
+    finally:
+        backend.close()
