@@ -7,12 +7,15 @@ whitespace), so the article ranking cannot drift apart through two different ana
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
+from functools import lru_cache
 from itertools import pairwise
 
 from bertknn_search.stopwords import STOPWORDS
 
 _TOKEN = re.compile(r"[^\W_]+")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 BIGRAM_JOIN = "_"
 
 
@@ -24,14 +27,26 @@ def tokenize(text: str) -> list[str]:
     find "Zürich", which is what a search user expects). Spacing vowel signs of Indic scripts are not
     accents and still split a word; index and query split alike, so such words still match.
     """
-    decomposed = unicodedata.normalize("NFD", text)
-    folded = "".join(c for c in decomposed if not unicodedata.combining(c))
-    return _TOKEN.findall(folded.lower())
+    return _TOKEN.findall(fold_accents(text).lower())
 
 
-def bigrams(tokens: list[str]) -> list[str]:
-    """Every adjacent pair, joined by ``BIGRAM_JOIN`` (what OpenSearch's shingle filter emits)."""
-    return [f"{a}{BIGRAM_JOIN}{b}" for a, b in pairwise(tokens)]
+def fold_accents(text: str) -> str:
+    """``text`` in NFD without combining marks.
+
+    Only runs of non-ASCII characters are decomposed: NFD works character by character (and then only
+    reorders combining marks, which all go), so this equals folding the whole text, at the cost of the
+    few non-ASCII runs of English text instead of every character.
+    """
+    if text.isascii():
+        return text
+    marks = _combining_marks()
+    return _NON_ASCII.sub(lambda run: unicodedata.normalize("NFD", run[0]).translate(marks), text)
+
+
+@lru_cache(maxsize=1)
+def _combining_marks() -> dict[int, None]:
+    """A ``str.translate`` table deleting every character with a nonzero canonical combining class."""
+    return {cp: None for cp in range(sys.maxunicode + 1) if unicodedata.combining(chr(cp))}
 
 
 def query_terms(text: str) -> tuple[list[str], list[str]]:

@@ -235,11 +235,11 @@ def test_disk_full_mid_write_keeps_nothing_half_written(
     real = EmbeddedBackend._write_one
     calls = []
 
-    def failing(self, cur, item):
+    def failing(self, cur, item, *args):
         calls.append(item.article.id)
         if len(calls) == 2:
             raise sqlite3.OperationalError("database or disk is full")
-        return real(self, cur, item)
+        return real(self, cur, item, *args)
 
     monkeypatch.setattr(EmbeddedBackend, "_write_one", failing)
     result = CliRunner().invoke(main, ["add", str(path), "--index", str(index_copy.index), "--no-progress"])
@@ -451,11 +451,11 @@ def test_a_failed_write_after_committed_batches_says_what_was_kept(
     real = EmbeddedBackend._write_one
     written = []
 
-    def failing(self, cur, item):
+    def failing(self, cur, item, ir_version):
         written.append(item.article.id)
         if len(written) > 64:  # the second batch: the first one (64 articles) is committed
             raise sqlite3.OperationalError("database or disk is full")
-        return real(self, cur, item)
+        return real(self, cur, item, ir_version)
 
     with monkeypatch.context() as patch:
         patch.setattr(EmbeddedBackend, "_write_one", failing)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bertknn_search.backends.embedded import EmbeddedBackend
 from bertknn_search.terms import query_terms, tokenize
@@ -38,3 +43,18 @@ def test_an_accented_title_is_found_by_its_own_words(tmp_path: Path) -> None:
         assert [h.id for h in backend.search_articles("Rich", 3)] == ["11"]
     finally:
         backend.close()
+
+
+def reference_tokenize(text: str) -> list[str]:
+    """The definition: NFD of the whole text, combining marks dropped, lowercased, letter/digit runs."""
+    folded = "".join(c for c in unicodedata.normalize("NFD", text) if not unicodedata.combining(c))
+    return re.findall(r"[^\W_]+", folded.lower())
+
+
+@given(
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=60)
+    | st.text("aeZü\u0301\u0308İ ß-Ǆ1_", max_size=30)
+)
+@settings(max_examples=500, deadline=None)
+def test_folding_only_non_ascii_runs_equals_folding_everything(text: str) -> None:
+    assert tokenize(text) == reference_tokenize(text)

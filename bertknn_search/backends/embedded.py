@@ -1,17 +1,17 @@
-"""EmbeddedBackend: one SQLite file holding articles, BM25 postings and float16 context blocks.
+"""EmbeddedBackend: one SQLite file holding articles and float16 context blocks, and a tantivy article index.
 
 Needs no server. Every write is one SQLite transaction in WAL mode, so readers in other processes keep
 answering from the last committed state while an ``add`` runs, and a crash never leaves half an article.
+The BM25 article index beside it (``article_index``) is kept in step with SQLite as that module describes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import shutil
 import sqlite3
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bertknn_search.backends import bm25, codec, sqlite_file
+from bertknn_search.backends import codec, sqlite_file
+from bertknn_search.backends.article_index import IR_DIR, ArticleIndex, field_texts
+from bertknn_search.backends.article_index import PARTS as IR_PARTS
 from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
 from bertknn_search.errors import (
@@ -38,12 +40,10 @@ from bertknn_search.records import (
     IndexStats,
     Neighbors,
 )
-from bertknn_search.stopwords import STOPWORDS
-from bertknn_search.terms import BIGRAM_JOIN, bigrams, document_text, query_terms, tokenize
+from bertknn_search.terms import query_terms
 
 DB_NAME = sqlite_file.DB_NAME
-SCHEMA_VERSION = "3"  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts
-UNIGRAMS, BIGRAMS = 0, 1
+SCHEMA_VERSION = "3"  # 2: accent-folded IR terms, max_length in the meta; 3: tantivy, lazy contexts
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
 SCHEMA = """
@@ -56,10 +56,7 @@ CREATE TABLE IF NOT EXISTS articles (
     fingerprint TEXT NOT NULL,
     n_sentences INTEGER NOT NULL,
     n_contexts INTEGER NOT NULL,
-    len_0 INTEGER NOT NULL,
-    len_1 INTEGER NOT NULL,
-    norm_0 INTEGER NOT NULL,
-    norm_1 INTEGER NOT NULL,
+    ir_version INTEGER NOT NULL,
     n_chars INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS articles_title ON articles(title_key);
@@ -80,15 +77,6 @@ CREATE TABLE IF NOT EXISTS texts (
     article INTEGER PRIMARY KEY REFERENCES articles(rowid),
     text TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS postings (
-    term TEXT NOT NULL, field INTEGER NOT NULL, article INTEGER NOT NULL, tf INTEGER NOT NULL,
-    PRIMARY KEY (term, field, article)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS postings_article ON postings(article);
-CREATE TABLE IF NOT EXISTS field_stats (
-    field INTEGER PRIMARY KEY, docs INTEGER NOT NULL, total_length INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO field_stats VALUES (0, 0, 0), (1, 0, 0);
 """
 
 
@@ -97,13 +85,18 @@ class EmbeddedBackend:
 
     name = "embedded"
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, meta: IndexMeta, read_only: str = "") -> None:
+    def __init__(
+        self, path: Path, conn: sqlite3.Connection, meta: IndexMeta, ir: ArticleIndex, read_only: str = ""
+    ) -> None:
         self.path = path
         self._conn = conn
         self._meta = meta
+        self._ir = ir
         self._read_only = read_only  # why this index was opened read-only; "" when it is writable
         self._lock = threading.RLock()  # the ingest writer thread shares the connection
         self._flat: FlatIndex | None = None
+        if not read_only:
+            ir.recover(self._ir_versions)
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -133,12 +126,12 @@ class EmbeddedBackend:
         made = not path.exists()
         try:
             path.mkdir(parents=True, exist_ok=True)
+            ArticleIndex.create(path)  # before SQLite: an index with a database has both
             values = {**{k: str(v) for k, v in asdict(meta).items()}, "schema_version": SCHEMA_VERSION}
             sqlite_file.publish(db, SCHEMA, {**values, "generation": "0"})
         except (OSError, sqlite3.Error) as exc:
-            if made:
-                with contextlib.suppress(OSError):
-                    path.rmdir()
+            if made:  # the directory is ours alone: take back the article index made in it too
+                shutil.rmtree(path, ignore_errors=True)
             raise BackendError(
                 f"cannot create index at {path}: {exc}; nothing was created, run the command again once"
                 " the cause is fixed"
@@ -172,10 +165,11 @@ class EmbeddedBackend:
         path = Path(path)
         db = path / DB_NAME
         if not db.exists():
-            raise sqlite_file.missing_index(path)
+            raise sqlite_file.missing_index(path, IR_PARTS)
         conn, read_only = sqlite_file.connect(db)
         try:
-            backend = cls(path, conn, _read_meta(conn, path), read_only)
+            meta = _read_meta(conn, path)
+            backend = cls(path, conn, meta, ArticleIndex.open(path, bool(read_only)), read_only)
             if for_writing:
                 backend._check_writable()
         except BaseException:
@@ -203,53 +197,41 @@ class EmbeddedBackend:
         if not items:
             return
         self._check_writable()
-        with self._lock, self._write(len(items)) as cur:
-            for item in items:
-                self._write_one(cur, item)
+        fields = [field_texts(item.article.title, item.article.text) for item in items]  # before locking
+        with (
+            self._lock,
+            self._ir.writing(self._ir_versions, len(items)) as batch,
+            self._write(len(items)) as cur,
+        ):
+            for item, item_fields in zip(items, fields):
+                batch.add(item.article.id, item_fields, replaces=self._write_one(cur, item, batch.version))
             cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+            batch.commit()  # tantivy first: an article SQLite holds is always in tantivy
 
-    def _write_one(self, cur: sqlite3.Cursor, item: EncodedArticle) -> None:
+    def _write_one(self, cur: sqlite3.Cursor, item: EncodedArticle, ir_version: int) -> bool:
+        """Write one article's row and its contexts (or, lazy, its text); True when it replaced one."""
         art, block = item.article, item.contexts
         if block is not None:
             self._check_dim(art.id, block)
-        tokens = tokenize(document_text(art.title, art.text))
-        lengths = (len(tokens), max(len(tokens) - 1, 0))
-        old = cur.execute("SELECT rowid, len_0, len_1 FROM articles WHERE id = ?", (art.id,)).fetchone()
-        if old is not None:
-            rowid = old[0]
-            cur.execute("DELETE FROM postings WHERE article = ?", (rowid,))
-            _update_field_stats(cur, (old[1], old[2]), sign=-1)
+        replaced = cur.execute("SELECT 1 FROM articles WHERE id = ?", (art.id,)).fetchone() is not None
         counts = (0, 0) if block is None else (len(block.sentences), len(block))
         row = (art.title, art.title.strip().lower(), item.fingerprint, *counts)
-        norms = tuple(bm25.encode_length(n) for n in lengths)
         cur.execute(
-            "INSERT INTO articles (id, title, title_key, fingerprint, n_sentences, n_contexts,"
-            " len_0, len_1, norm_0, norm_1, n_chars) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO articles (id, title, title_key, fingerprint, n_sentences, n_contexts, ir_version,"
+            " n_chars) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(id) DO UPDATE SET title=excluded.title, title_key=excluded.title_key,"
             " fingerprint=excluded.fingerprint, n_sentences=excluded.n_sentences,"
-            " n_contexts=excluded.n_contexts, len_0=excluded.len_0, len_1=excluded.len_1,"
-            " norm_0=excluded.norm_0, norm_1=excluded.norm_1, n_chars=excluded.n_chars",
-            (art.id, *row, *lengths, *norms, len(art.text)),
+            " n_contexts=excluded.n_contexts, ir_version=excluded.ir_version, n_chars=excluded.n_chars",
+            (art.id, *row, ir_version, len(art.text)),
         )
         rowid = cur.execute("SELECT rowid FROM articles WHERE id = ?", (art.id,)).fetchone()[0]
-        _update_field_stats(cur, lengths, sign=+1)
-        # Stopword n-grams are never queried (query_terms drops them), so they get no postings; they
-        # still count in the field lengths above, as they do in OpenSearch's analyzer.
-        unigrams = Counter(t for t in tokens if t not in STOPWORDS)
-        pairs = Counter(
-            bg for bg in bigrams(tokens) if not any(part in STOPWORDS for part in bg.split(BIGRAM_JOIN))
-        )
-        cur.executemany(
-            "INSERT INTO postings VALUES (?, ?, ?, ?)",
-            [(t, UNIGRAMS, rowid, n) for t, n in unigrams.items()]
-            + [(t, BIGRAMS, rowid, n) for t, n in pairs.items()],
-        )
         if block is None:
             # Text only (a lazy index): contexts cached for an older text are stale from now on.
             cur.execute("DELETE FROM contexts WHERE article = ?", (rowid,))
             cur.execute("INSERT OR REPLACE INTO texts VALUES (?, ?)", (rowid, art.text))
         else:
             self._put_block(cur, rowid, block)
+        return replaced
 
     def _check_dim(self, article_id: str, block: ContextBlock) -> None:
         if block.vectors.shape[1:] != (self._meta.dim,):
@@ -411,42 +393,33 @@ class EmbeddedBackend:
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by Lucene BM25 summed over the unigram and bigram fields; ties by id."""
         unigrams, pairs = query_terms(query)
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        titles: dict[str, str] = {}
         with self._read() as cur:
-            stats = dict((f, (d, t)) for f, d, t in cur.execute("SELECT * FROM field_stats"))
-            for field, terms in ((UNIGRAMS, unigrams), (BIGRAMS, pairs)):
-                docs, total = stats[field]
-                for term in terms if docs else []:
-                    rows = cur.execute(
-                        f"SELECT p.article, p.tf, a.norm_{field} FROM postings p JOIN articles a"
-                        " ON a.rowid = p.article WHERE p.term = ? AND p.field = ?",
-                        (term, field),
-                    ).fetchall()
-                    if rows:
-                        arr = np.array(rows, dtype=np.int64)
-                        parts.append(
-                            (arr[:, 0], bm25.term_scores(arr[:, 1], arr[:, 2], len(rows), docs, total))
-                        )
-            if not parts:
-                return []
-            ids = np.concatenate([p[0] for p in parts])
-            scores = np.concatenate([p[1] for p in parts])
-            docs_, inverse = np.unique(ids, return_inverse=True)
-            totals = np.bincount(inverse, weights=scores)
-            # Everything tied with the n-th score is fetched so the id tie-break sees all of them.
-            cut = np.sort(totals)[::-1][min(n, len(totals)) - 1]
-            keep = docs_[totals >= cut]
-            marks = ",".join("?" * len(keep))
-            names = dict(
-                (r[0], (r[1], r[2]))
-                for r in cur.execute(
-                    f"SELECT rowid, id, title FROM articles WHERE rowid IN ({marks})", keep.tolist()
-                )
-            )
-        score_of = dict(zip(docs_.tolist(), totals.tolist()))
-        hits = [ArticleHit(names[r][0], names[r][1], score_of[r]) for r in keep.tolist()]
-        hits.sort(key=lambda h: (-h.score, h.id))
-        return hits[:n]
+            # The snapshot starts with this first read, before tantivy's searcher is taken (see
+            # article_index): every article it holds is in that searcher.
+            cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+
+            def held(ids: list[str]) -> dict[str, int]:
+                versions = {}
+                for chunk in _chunks(ids, 500):
+                    marks = ",".join("?" * len(chunk))
+                    sql = f"SELECT id, title, ir_version FROM articles WHERE id IN ({marks})"
+                    for aid, title, version in cur.execute(sql, chunk):
+                        titles[aid], versions[aid] = title, version
+                return versions
+
+            ranked = self._ir.search(unigrams, pairs, n, held)
+        return [ArticleHit(aid, titles[aid], score) for aid, score in ranked]
+
+    def _ir_versions(self, article_ids: Sequence[str]) -> dict[str, int]:
+        """The committed tantivy version of each article SQLite holds."""
+        out: dict[str, int] = {}
+        with self._read() as cur:
+            for chunk in _chunks(list(article_ids), 500):
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT id, ir_version FROM articles WHERE id IN ({marks})"
+                out.update(cur.execute(sql, chunk).fetchall())
+        return out
 
     def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
         """Exact k nearest contexts inside ``article_ids``; None searches all contexts with FAISS."""
@@ -544,7 +517,8 @@ class EmbeddedBackend:
             chars, encoded_chars = cur.execute(
                 "SELECT COALESCE(SUM(n_chars), 0), COALESCE(SUM(n_chars * (n_contexts > 0)), 0) FROM articles"
             ).fetchone()
-        size = sum(p.stat().st_size for p in self.path.iterdir() if p.name.startswith(DB_NAME))
+        files = [p for p in self.path.iterdir() if p.name.startswith(DB_NAME)]
+        size = sum(p.stat().st_size for p in [*files, *(self.path / IR_DIR).rglob("*")] if p.is_file())
         estimate = extrapolate(contexts, chars, encoded_chars, self._meta)
         return IndexStats(
             backend="embedded",
@@ -601,15 +575,6 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
             f"index at {path} cannot be read (its metadata lacks or garbles {exc}): it is damaged;"
             " restore it from a backup or rebuild it with ingest"
         ) from exc
-
-
-def _update_field_stats(cur: sqlite3.Cursor, lengths: tuple[int, int], sign: int) -> None:
-    for field, length in enumerate(lengths):
-        if length:
-            cur.execute(
-                "UPDATE field_stats SET docs = docs + ?, total_length = total_length + ? WHERE field = ?",
-                (sign, sign * length, field),
-            )
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

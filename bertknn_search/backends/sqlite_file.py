@@ -12,6 +12,7 @@ import contextlib
 import os
 import secrets
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 from bertknn_search.errors import BackendError, BertKnnError, IndexCorruptError, IndexNotFoundError
@@ -100,9 +101,17 @@ def read_error(path: Path, exc: sqlite3.Error) -> BertKnnError:
     )
 
 
-def missing_index(path: Path) -> BertKnnError:
-    """The error for a ``path`` without an index file: nothing there yet, or something else."""
-    if path.exists() and not (path.is_dir() and all(p.name.startswith(BUILD_PREFIX) for p in path.iterdir())):
+def missing_index(path: Path, parts: Sequence[str] = ()) -> BertKnnError:
+    """The error for a ``path`` without an index file: nothing there yet, or something else.
+
+    ``parts`` name the other files an index directory holds (made before the SQLite file), so a
+    directory holding only those and unfinished builds is an index whose creation is still to finish.
+    """
+
+    def ours(p: Path) -> bool:
+        return p.name.startswith(BUILD_PREFIX) or p.name in parts
+
+    if path.exists() and not (path.is_dir() and all(ours(p) for p in path.iterdir())):
         return IndexCorruptError(f"{path} is not a bertknn-search index (no {DB_NAME}); check --index")
     return IndexNotFoundError(f"no index at {path}; build one with 'bertknn-search ingest wiki'")
 

@@ -1,0 +1,334 @@
+"""ArticleIndex: the embedded backend's BM25 article search, a tantivy index beside the SQLite file.
+
+tantivy scores with Lucene's BM25 (k1 1.2, b 0.75, Lucene's one-byte length norms, idf never negative,
+and the (k1 + 1) factor of OpenSearch's default similarity) and finds the top n with block-max WAND, so a
+question does not read every posting of its terms. It indexes the project's own terms
+(``bertknn_search.terms``), joined by spaces into a unigram and a bigram field that its whitespace
+tokenizer splits back, so both backends rank the same strings.
+
+SQLite stays the record of which articles exist; tantivy and SQLite have no shared transaction, so:
+- one writer at a time holds ``write.lock`` for its whole write;
+- every write gives its articles a new random version, stored in SQLite's row and the tantivy document;
+- the new documents are committed to tantivy before the SQLite transaction commits, and the versions they
+  replace are deleted only after it (``settle``);
+- before its tantivy commit a writer names its articles in ``articles.pending.json`` and removes the file
+  once both stores agree; the next writer or open that finds the file left by a writer that died deletes,
+  for those articles, every document whose version SQLite does not hold;
+- a reader takes its SQLite snapshot first and the tantivy searcher second, and keeps a hit only when its
+  snapshot holds the article at that version, or holds it at a version the searcher no longer has (a
+  write settled after the snapshot was taken: the article is then ranked by its newer text). Every
+  article of the snapshot was committed to tantivy before it, and tantivy never deletes an article's last
+  document, so no reader sees an article in one store but not the other, nor a version a writer that
+  died left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from itertools import pairwise
+from pathlib import Path
+
+import tantivy
+from filelock import FileLock, Timeout
+
+from bertknn_search.errors import BackendError, IndexCorruptError
+from bertknn_search.stopwords import STOPWORDS
+from bertknn_search.terms import BIGRAM_JOIN, document_text, tokenize
+
+IR_DIR = "articles.tantivy"
+PENDING = "articles.pending.json"
+LOCK = "write.lock"
+PARTS = (IR_DIR, PENDING, LOCK)  # what this module keeps in an index directory
+# Stands in for every stopword n-gram: they are never queried (terms.query_terms) but count in the field
+# lengths, as in OpenSearch; one shared term keeps their postings out of the index. tokenize never
+# yields "_".
+STOPWORD_TERM = "_"
+LOCK_TIMEOUT_S = 60.0  # as long as SQLite waits for its own write lock
+WRITER_HEAP = 64_000_000  # per indexing thread
+DOCS_PER_THREAD = 1_000  # a large write gets an indexing thread per this many documents, up to the cores
+FIRST_FETCH = 8  # hits beyond n fetched at first, for ties and for articles a reader does not hold yet
+
+# The committed SQLite version of each article id SQLite holds (ids it lacks are left out).
+Versions = Callable[[Sequence[str]], dict[str, int]]
+
+
+def field_texts(title: str, text: str) -> tuple[str, str]:
+    """The unigram and bigram field text an article is indexed with: its terms joined by spaces."""
+    stop = STOPWORD_TERM
+    tokens = [stop if t in STOPWORDS else t for t in tokenize(document_text(title, text))]
+    # "is" against the one placeholder object, and a list for join: the fast forms of this hot loop.
+    pairs = [stop if a is stop or b is stop else a + BIGRAM_JOIN + b for a, b in pairwise(tokens)]
+    return " ".join(tokens), " ".join(pairs)
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_unsigned_field("version", stored=True, indexed=True)
+    # "freq": term frequencies without positions; BM25 needs no more.
+    builder.add_text_field("unigrams", tokenizer_name="whitespace", index_option="freq")
+    builder.add_text_field("bigrams", tokenizer_name="whitespace", index_option="freq")
+    return builder.build()
+
+
+class ArticleBatch:
+    """The articles of one write: ``add`` them, then ``commit`` before the SQLite transaction commits."""
+
+    def __init__(self, index: ArticleIndex, writer: tantivy.IndexWriter) -> None:
+        self.version = secrets.randbits(63)  # unique even when a rolled-back write is done again
+        self.ids: list[str] = []
+        self.replaced: list[str] = []  # ids that had a document before: their old one goes in settle
+        self.committed = False  # True from the moment the tantivy commit may have happened
+        self._index = index
+        self._writer = writer
+
+    def add(self, article_id: str, fields: tuple[str, str], replaces: bool) -> None:
+        """Queue an article's document; ``fields`` comes from ``field_texts``.
+
+        Args:
+            replaces: SQLite already holds this article (an older version is to be deleted).
+        """
+        doc = tantivy.Document()
+        doc.add_text("id", article_id)
+        doc.add_unsigned("version", self.version)
+        doc.add_text("unigrams", fields[0])
+        doc.add_text("bigrams", fields[1])
+        with _tantivy_errors(self._index.root):
+            self._writer.add_document(doc)
+        self.ids.append(article_id)
+        if replaces:
+            self.replaced.append(article_id)
+
+    def commit(self) -> None:
+        """Name the articles in the pending file, then make their documents durable in tantivy."""
+        self._index._write_pending(self.ids)
+        self.committed = True
+        with _tantivy_errors(self._index.root):
+            self._writer.commit()
+
+
+class ArticleIndex:
+    """The tantivy index in ``root/articles.tantivy`` and the lock and pending files beside it."""
+
+    def __init__(self, root: Path, index: tantivy.Index) -> None:
+        self.root = root
+        self._index = index
+        self._schema = index.schema
+        self._lock = FileLock(root / LOCK)
+        self._copy: tempfile.TemporaryDirectory[str] | None = None  # a read-only index is read from a copy
+        index.config_reader("manual")  # reloaded by each search, so a reader sees the last commit
+
+    @classmethod
+    def create(cls, root: Path) -> ArticleIndex:
+        """Create the index in ``root`` (or open the one a create that stopped half-way left there)."""
+        (root / IR_DIR).mkdir(exist_ok=True)
+        return cls(root, tantivy.Index(_schema(), path=str(root / IR_DIR)))
+
+    @classmethod
+    def open(cls, root: Path, read_only: bool = False) -> ArticleIndex:
+        """Open the index in ``root``; ``read_only`` when its volume or directory cannot be written.
+
+        tantivy takes a lock file even to read, which a read-only volume cannot hold, so there the
+        index is read from a copy in a temporary directory (removed when this object goes).
+
+        Raises:
+            IndexCorruptError: no readable tantivy index there.
+        """
+        source = root / IR_DIR
+        try:
+            if not read_only:
+                return cls(root, tantivy.Index.open(str(source)))
+            copy = tempfile.TemporaryDirectory(prefix="bertknn-ir-")
+            target = Path(copy.name) / IR_DIR
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns(".tantivy-*.lock"))
+            index = cls(root, tantivy.Index.open(str(target)))
+            index._copy = copy
+            return index
+        except (ValueError, OSError) as exc:
+            raise IndexCorruptError(
+                f"article index at {root / IR_DIR} cannot be read ({exc}); rebuild the index with ingest"
+            ) from exc
+
+    # -- reading ----------------------------------------------------------------------------------
+    def search(
+        self,
+        unigrams: Sequence[str],
+        bigrams: Sequence[str],
+        n: int,
+        held: Callable[[list[str]], dict[str, int]],
+    ) -> list[tuple[str, float]]:
+        """Top ``n`` (article id, score) by BM25 summed over both fields, ties by id.
+
+        Args:
+            unigrams, bigrams: query terms (``terms.query_terms``).
+            n: how many articles.
+            held: the version the caller's SQLite snapshot holds of each of the given ids it holds;
+                the snapshot must be taken before this call.
+        """
+        clauses = [(tantivy.Occur.Should, self._term("unigrams", t)) for t in unigrams]
+        clauses += [(tantivy.Occur.Should, self._term("bigrams", t)) for t in bigrams]
+        if not clauses or n <= 0:
+            return []
+        query = tantivy.Query.boolean_query(clauses)
+        self._index.reload()
+        searcher = self._index.searcher()
+        limit = n + FIRST_FETCH
+        while True:
+            hits = searcher.search(query, limit, count=False).hits
+            docs = [(score, searcher.doc(address).to_dict()) for score, address in hits]
+            found = [(score, doc["id"][0], doc["version"][0]) for score, doc in docs]
+            versions = held(list(dict.fromkeys(aid for _, aid, _ in found)))
+            best: dict[str, float] = {}
+            for score, aid, version in found:  # best first
+                want = versions.get(aid)
+                if want is None or aid in best:
+                    continue
+                if version == want or not self._has(searcher, aid, want):
+                    best[aid] = score
+            ranked = sorted((-score, aid) for aid, score in best.items())
+            # Done when every match was fetched, or the n-th score beats the last fetched one (so
+            # every article tied with it was fetched too and the id tie-break is exact).
+            if len(hits) < limit or (len(ranked) >= n and -ranked[n - 1][0] > hits[-1][0]):
+                return [(aid, -neg) for neg, aid in ranked[:n]]
+            limit *= 4
+
+    def documents(self) -> int:
+        """Live documents in the last commit: one per article, two while a replacement settles."""
+        self._index.reload()
+        return self._index.searcher().num_docs
+
+    def _has(self, searcher: tantivy.Searcher, article_id: str, version: int) -> bool:
+        both = [
+            (tantivy.Occur.Must, self._term("id", article_id)),
+            (tantivy.Occur.Must, self._term("version", version)),
+        ]
+        return bool(searcher.search(tantivy.Query.boolean_query(both), 1, count=False).hits)
+
+    def _term(self, field: str, term: str | int) -> tantivy.Query:
+        return tantivy.Query.term_query(self._schema, field, term)
+
+    # -- writing ----------------------------------------------------------------------------------
+    @contextmanager
+    def writing(self, versions: Versions, documents: int) -> Iterator[ArticleBatch]:
+        """Hold the write lock and a tantivy writer for one write; settle both stores on the way out.
+
+        The caller commits its SQLite transaction inside the ``with`` block, after ``batch.commit()``.
+
+        Args:
+            versions: reads the committed SQLite version of articles.
+            documents: how many articles the write adds (sizes the writer).
+
+        Raises:
+            BackendError: another writer holds the lock too long, or tantivy cannot write.
+        """
+        try:
+            self._lock.acquire(timeout=LOCK_TIMEOUT_S)
+        except Timeout as exc:
+            raise BackendError(
+                f"another process has been writing to the index at {self.root} for"
+                f" {LOCK_TIMEOUT_S:.0f} s; try again when it is done"
+            ) from exc
+        try:
+            with _tantivy_errors(self.root):
+                self._repair(versions)
+                writer = self._writer(documents)
+            batch = ArticleBatch(self, writer)
+            try:
+                yield batch
+            except BaseException:
+                # SQLite rolled back: the documents it does not hold go; if that fails too, the pending
+                # file stays for the next writer to repair.
+                with suppress(ValueError, OSError):
+                    if batch.committed:
+                        self._settle(writer, batch.ids, versions)
+                        (self.root / PENDING).unlink(missing_ok=True)
+                    else:
+                        writer.rollback()
+                    writer.wait_merging_threads()
+                raise
+            with _tantivy_errors(self.root):
+                if not batch.committed:
+                    writer.rollback()
+                elif batch.replaced:
+                    self._settle(writer, batch.replaced, versions)
+                (self.root / PENDING).unlink(missing_ok=True)
+                writer.wait_merging_threads()  # without it, the merges this write started are dropped
+        finally:
+            self._lock.release()
+
+    def recover(self, versions: Versions) -> None:
+        """Repair what a writer that died left, unless another writer is at work (it settles itself)."""
+        if not (self.root / PENDING).exists():
+            return
+        try:
+            self._lock.acquire(timeout=0)
+        except (Timeout, OSError):  # a live writer, or a read-only index: readers cope meanwhile
+            return
+        try:
+            with suppress(ValueError, OSError):  # readers cope; the next writer repairs or reports
+                self._repair(versions)
+        finally:
+            self._lock.release()
+
+    def _repair(self, versions: Versions) -> None:
+        ids = self._read_pending()
+        if ids:
+            writer = self._writer()
+            self._settle(writer, ids, versions)
+            writer.wait_merging_threads()
+        (self.root / PENDING).unlink(missing_ok=True)
+
+    def _settle(self, writer: tantivy.IndexWriter, ids: Sequence[str], versions: Versions) -> None:
+        """Delete, and commit, every document of ``ids`` whose version SQLite does not hold."""
+        held = versions(ids)
+        groups: dict[int | None, list[str]] = {}
+        for aid in dict.fromkeys(ids):
+            groups.setdefault(held.get(aid), []).append(aid)
+        for version, group in groups.items():
+            of_ids = tantivy.Query.term_set_query(self._schema, "id", group)
+            if version is None:
+                writer.delete_documents_by_query(of_ids)
+            else:
+                current = tantivy.Query.term_query(self._schema, "version", version)
+                writer.delete_documents_by_query(
+                    tantivy.Query.boolean_query(
+                        [(tantivy.Occur.Must, of_ids), (tantivy.Occur.MustNot, current)]
+                    )
+                )
+        writer.commit()
+
+    def _writer(self, documents: int = 0) -> tantivy.IndexWriter:
+        # Each thread writes its own segment per commit, so small writes get one.
+        threads = max(1, min(os.cpu_count() or 1, documents // DOCS_PER_THREAD))
+        return self._index.writer(heap_size=WRITER_HEAP * threads, num_threads=threads)
+
+    def _write_pending(self, ids: Sequence[str]) -> None:
+        tmp = self.root / f"{PENDING}.tmp"
+        with tmp.open("w", encoding="utf-8") as f:
+            json.dump({"ids": list(ids)}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.root / PENDING)
+
+    def _read_pending(self) -> list[str] | None:
+        try:
+            return list(json.loads((self.root / PENDING).read_text(encoding="utf-8"))["ids"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            # Written whole through a rename before any tantivy commit; unreadable means never used.
+            return []
+
+
+@contextmanager
+def _tantivy_errors(root: Path) -> Iterator[None]:
+    try:
+        yield
+    except ValueError as exc:  # tantivy reports its I/O errors (disk full, lock busy) as ValueError
+        raise BackendError(f"cannot write the article index at {root}: {exc}") from exc
