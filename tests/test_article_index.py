@@ -312,3 +312,14 @@ def test_two_writer_processes_at_once_leave_one_document_per_article(index_dir: 
         assert sorted([ids(backend, "writera"), ids(backend, "writerb")]) == [[], ["1"]]
     finally:
         backend.close()
+
+
+def test_an_id_given_twice_in_one_write_is_stored_once_with_the_later_text(index_dir: Path) -> None:
+    build(index_dir)
+    backend = EmbeddedBackend.open(index_dir)
+    try:
+        backend.add_articles([article("3", "F", "first farrowby"), article("3", "F", "second farrowby")])
+        assert backend._ir.documents() == 3
+        assert ids(backend, "farrowby second") == ["3"] and ids(backend, "first") == []
+    finally:
+        backend.close()

@@ -252,12 +252,17 @@ class ArticleIndex:
                         writer.rollback()
                     writer.wait_merging_threads()
                 raise
-            with _tantivy_errors(self.root):
-                if not batch.committed:
+            if batch.committed:
+                # The write is done (SQLite committed): a failure to settle leaves the pending file for
+                # the next writer to repair, and readers skip the replaced documents meanwhile.
+                with suppress(ValueError, OSError):
+                    if batch.replaced:
+                        self._settle(writer, batch.replaced, versions)
+                    (self.root / PENDING).unlink(missing_ok=True)
+            else:
+                with _tantivy_errors(self.root):
                     writer.rollback()
-                elif batch.replaced:
-                    self._settle(writer, batch.replaced, versions)
-                (self.root / PENDING).unlink(missing_ok=True)
+            with suppress(ValueError):
                 writer.wait_merging_threads()  # without it, the merges this write started are dropped
         finally:
             self._lock.release()

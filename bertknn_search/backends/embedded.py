@@ -194,6 +194,7 @@ class EmbeddedBackend:
     # -- writing ----------------------------------------------------------------------------------
     def add_articles(self, items: Sequence[EncodedArticle]) -> None:
         """Write or replace ``items`` in one transaction: all of them become visible at once."""
+        items = list({item.article.id: item for item in items}.values())  # an id given twice: the last
         if not items:
             return
         self._check_writable()
