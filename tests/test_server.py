@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e '.[test]')")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from bertknn_search.backends import open_backend  # noqa: E402
-from bertknn_search.config import Config  # noqa: E402
-from bertknn_search.demo import Fact  # noqa: E402
-from bertknn_search.output import to_json  # noqa: E402
-from bertknn_search.records import Answer, Question  # noqa: E402
-from bertknn_search.search import Searcher  # noqa: E402
-from bertknn_search.server.app import ServerSettings, create_app  # noqa: E402
+from bertknn_search.backends import open_backend
+from bertknn_search.config import Config
+from bertknn_search.demo import Fact
+from bertknn_search.output import to_json
+from bertknn_search.records import Answer, Question
+from bertknn_search.search import Searcher
+from bertknn_search.server.app import ServerSettings, create_app
 
 SHARP = 1.0  # the tiny model's l (see test_search.py)
 TOKEN = "s3cret-token"
@@ -161,7 +161,9 @@ def test_an_added_article_is_answerable_when_the_add_returns(writable: tuple[Tes
     assert [s["sentence"] for s in answer["evidence"][0]["sentences"]] == ["Glorbix was born in Quenton."]
 
 
-def test_writes_need_the_token_and_reads_do_not(writable: tuple[TestClient, Config], facts: list[Fact]) -> None:
+def test_writes_need_the_token_and_reads_do_not(
+    writable: tuple[TestClient, Config], facts: list[Fact]
+) -> None:
     client, config = writable
     body = {"articles": [{"id": "901", "title": "Plim", "text": "Plim was born in Sarnith."}]}
     assert "token" in assert_one_line(client.post("/articles", json=body), 401)
@@ -258,7 +260,9 @@ def test_a_lazy_index_is_served_like_an_eager_one(
 
 
 # -- the rest ------------------------------------------------------------------------------------------
-def test_stats_are_those_of_the_stats_command(api: TestClient, built_index: Config, facts: list[Fact]) -> None:
+def test_stats_are_those_of_the_stats_command(
+    api: TestClient, built_index: Config, facts: list[Fact]
+) -> None:
     from bertknn_search.session import index_stats
 
     api.post("/query", json={"questions": [born(f) for f in facts[:3]]})
