@@ -210,7 +210,8 @@ def short_articles(n: int, seed: int, sentences: int) -> list[Article]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     model = build_model(args.model_size)
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-", dir=args.tmp))
-    config = Config(model=str(model), layer=LAYER, index=tmp / "index", device=args.device)
+    # Eager: every context stored up front, as the batch path and the server should both find them.
+    config = Config(model=str(model), layer=LAYER, index=tmp / "index", device=args.device, contexts="eager")
     articles = CorpusGenerator(seed=args.seed).articles(args.articles)
     add_synthetic(articles, config, args.seed)
     questions = as_questions(make_questions(articles, args.questions, args.seed), "subject")
