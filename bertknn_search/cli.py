@@ -118,6 +118,7 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
     help="Questions, one per line ('-' for stdin); a tab may separate a subject.",
 )
 @click.option("--subject", help="The fact's subject: its own article is searched when a title matches.")
+@click.option("--server", metavar="URL", help="Ask a running 'bertknn-search serve' (no model loaded here).")
 @method_options
 @cache_option
 @json_option
@@ -127,6 +128,7 @@ def query(
     questions: tuple[str, ...],
     qfile: Any,
     subject: str | None,
+    server: str | None,
     settings: Path | None,
     as_json: bool,
     **flags: Any,
@@ -142,6 +144,12 @@ def query(
     asked = [Question(q, subject) for q in questions] + list(_read_questions(qfile))
     if not asked:
         raise click.UsageError("give a question, or --file with one question per line")
+    if server:
+        from bertknn_search.server import client
+
+        for line in client.lines(server, asked, client.method_overrides(flags, settings), as_json):
+            click.echo(line)
+        return
     config = session.open_index(flags, settings=settings).config
     searcher = Searcher.open(config)
     try:
@@ -223,6 +231,54 @@ def _read_questions(stream: Any) -> Iterator[Any]:
         raise InputFormatError(
             f"{getattr(stream, 'name', 'input')} is not UTF-8 ({exc.reason}); save the questions as UTF-8"
         ) from exc
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every one).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free.")
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Writes (POST/DELETE /articles) need 'Authorization: Bearer <first line of this file>'.",
+)
+@click.option(
+    "--max-body-mb", type=click.FloatRange(min=0.001), default=16.0, show_default=True, help="Largest body."
+)
+@click.option(
+    "--batch-window-ms",
+    type=click.FloatRange(min=0.0, max=1000.0),
+    default=5.0,
+    show_default=True,
+    help="How long a question waits for others to share its encoder pass (at most --batch-size).",
+)
+@method_options
+@model_options(new_index=False)
+@index_options
+def serve(
+    host: str,
+    port: int,
+    token_file: Path | None,
+    max_body_mb: float,
+    batch_window_ms: float,
+    settings: Path | None,
+    **flags: Any,
+) -> None:
+    """Serve an HTTP API and a web page over the index; the method options are the requests' defaults.
+
+    The model is loaded once; questions arriving together are answered in one encoder pass. POST /query,
+    POST /articles, DELETE /articles/ID, GET /stats, GET /health; the page is at /, the API docs at
+    /docs. SIGTERM or Ctrl-C lets a running add finish first.
+
+    Example: bertknn-search serve --index ./bertknn-index --port 8000
+    """
+    from bertknn_search.server.app import ServerSettings
+    from bertknn_search.server.run import read_token
+    from bertknn_search.server.run import serve as run_server
+
+    token = read_token(token_file) if token_file else None
+    config = session.open_index(flags, settings=settings).config
+    limits = ServerSettings(config, token, int(max_body_mb * 1024 * 1024), window_s=batch_window_ms / 1000)
+    run_server(limits, host, port)
 
 
 @main.command()

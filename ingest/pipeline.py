@@ -68,6 +68,7 @@ def ingest(
     fmt: str | None = None,
     progress: bool = True,
     existing_only: bool = False,
+    encoder: Encoder | None = None,
 ) -> IngestSummary:
     """Build (or extend) the index ``config`` names from a corpus file or directory.
 
@@ -83,6 +84,7 @@ def ingest(
         fmt: force the input format instead of detecting it.
         progress: show a progress bar and a time estimate on stderr.
         existing_only: the index must already exist (the ``add`` command).
+        encoder: a loaded encoder to reuse (a server adds with the one it keeps); default: load one.
 
     Raises:
         InputFormatError, ModelLoadError, ConfigError (a bad device), IndexNotFoundError,
@@ -91,7 +93,7 @@ def ingest(
     started = time.perf_counter()
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     try:
-        encoder = Encoder(config.model, config.layer, config.device, config.max_length)
+        encoder = encoder or Encoder(config.model, config.layer, config.device, config.max_length)
         device = encoder.placement.device  # a bad --device fails here, before an index is created
         # The limit actually used (capped at the model's): fingerprints and the index meta record this one.
         config = config.replace(max_length=encoder.max_length)

@@ -105,6 +105,11 @@ class ArticleBatch:
         if replaces:
             self.replaced.append(article_id)
 
+    def remove(self, article_id: str) -> None:
+        """Queue the removal of an article this write deletes from SQLite: its documents go in settle."""
+        self.ids.append(article_id)  # named in the pending file, so a writer that dies is repaired
+        self.replaced.append(article_id)
+
     def commit(self) -> None:
         """Name the articles in the pending file, then make their documents durable in tantivy."""
         self._index._write_pending(self.ids)

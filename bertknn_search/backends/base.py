@@ -38,6 +38,14 @@ class Backend(Protocol):
         """
         ...
 
+    def delete_articles(self, article_ids: Sequence[str]) -> int:
+        """Remove articles with their contexts, texts and IR entries; ids not stored are ignored.
+
+        Returns:
+            How many of ``article_ids`` were stored.
+        """
+        ...
+
     def ensure_contexts(self, article_ids: Sequence[str]) -> int:
         """Make the contexts of ``article_ids`` searchable; returns how many contexts were encoded now.
 

@@ -209,6 +209,35 @@ class EmbeddedBackend:
             cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
             batch.commit()  # tantivy first: an article SQLite holds is always in tantivy
 
+    def delete_articles(self, article_ids: Sequence[str]) -> int:
+        """Delete articles, their contexts and texts in one transaction, then their tantivy documents.
+
+        As for a replaced article, tantivy's documents go after SQLite commits (readers ignore documents
+        of articles their snapshot lacks), and a writer that dies in between is repaired by the next.
+        """
+        self._check_writable()
+        ids = list(dict.fromkeys(article_ids))
+        if not self._ir_versions(ids):
+            return 0
+        deleted = 0
+        with (
+            self._lock,
+            self._ir.writing(self._ir_versions, 0) as batch,
+            self._write(len(ids)) as cur,
+        ):
+            for aid in ids:
+                row = cur.execute("SELECT rowid FROM articles WHERE id = ?", (aid,)).fetchone()
+                if row is None:
+                    continue
+                for table in ("contexts", "texts"):
+                    cur.execute(f"DELETE FROM {table} WHERE article = ?", row)
+                cur.execute("DELETE FROM articles WHERE rowid = ?", row)
+                batch.remove(aid)
+                deleted += 1
+            cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+            batch.commit()
+        return deleted
+
     def _write_one(self, cur: sqlite3.Cursor, item: EncodedArticle, ir_version: int) -> bool:
         """Write one article's row and its contexts (or, lazy, its text); True when it replaced one."""
         art, block = item.article, item.contexts

@@ -111,6 +111,11 @@ class LazyDatastore:
     def add_articles(self, items: Sequence[EncodedArticle]) -> None:
         self.store.add_articles(items)
 
+    def delete_articles(self, article_ids: Sequence[str]) -> int:
+        for aid in article_ids:
+            self._touched.pop(aid, None)
+        return self.store.delete_articles(article_ids)
+
     def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
         return self.store.fingerprints(article_ids)
 

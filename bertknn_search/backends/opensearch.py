@@ -164,6 +164,43 @@ class OpenSearchBackend:
         # Settled: a resumed ingest may skip these articles now (it redoes unsettled ones).
         self._bulk("mark articles settled", lambda: (bodies.settle_action(i, articles) for i in latest))
 
+    def delete_articles(self, article_ids: Sequence[str]) -> int:
+        """Delete the article docs, then their contexts by query.
+
+        A query takes the generations it searches from the article docs, so once they are gone no query
+        reaches the contexts; a delete-by-query that failed leaves contexts nothing names, and running the
+        delete again removes them.
+
+        Raises:
+            BackendError: the cluster rejected the deletes or stayed unreachable after retries.
+        """
+        ids = sorted(set(article_ids))
+        stored = sorted(self._mget(ids, ["fingerprint"], realtime=True)) if ids else []
+        articles, contexts = self.names["articles"], self.names["contexts"]
+        if stored:
+            self._bulk(
+                "delete articles",
+                lambda: ({"_op_type": "delete", "_index": articles, "_id": aid} for aid in stored),
+            )
+            self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
+        if not ids:
+            return 0
+        query = {"query": {"terms": {"article_id": ids}}}
+        result = self._call(
+            "delete the contexts of deleted articles",
+            lambda: self.client.delete_by_query(
+                index=contexts, body=query, refresh=True, conflicts="proceed"
+            ),
+        )
+        if result.get("failures"):
+            raise BackendError(
+                one_line(
+                    f"OpenSearch at {self.url} could not delete the contexts of {len(ids)} deleted articles"
+                    f" ({result['failures'][0]}); the articles are gone, run the delete again to remove them"
+                )
+            )
+        return len(stored)
+
     def _check_dim(self, item: EncodedArticle) -> None:
         shape = None if item.contexts is None else item.contexts.vectors.shape
         if shape is not None and shape[1:] != (self._meta.dim,):

@@ -1,0 +1,6 @@
+"""``bertknn-search serve``: an HTTP API and a web page over a live index (FastAPI on uvicorn).
+
+app (routes), batcher (one model thread, micro-batches), writer (serialised adds and deletes), schemas
+(request bodies), limits (body size), run (uvicorn, binding, shutdown), client (``query --server``),
+static/ (the page at ``/``).
+"""

@@ -1,0 +1,270 @@
+"""The FastAPI app: routes over Searcher (through the batcher), the ingest pipeline and index stats.
+
+Every error is a JSON ``{"detail": "one line"}`` with a 4xx (the request) or 5xx (the server) status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+
+from bertknn_search import session
+from bertknn_search.config import Config
+from bertknn_search.errors import (
+    BackendError,
+    BertKnnError,
+    ConfigError,
+    IndexCorruptError,
+    IndexNotFoundError,
+    InputFormatError,
+    LazyIndexError,
+    QuestionError,
+)
+from bertknn_search.output import to_json
+from bertknn_search.records import Article, Question
+from bertknn_search.search import Searcher
+from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady
+from bertknn_search.server.limits import BodyLimit, one_line
+from bertknn_search.server.schemas import ArticlesRequest, QueryRequest
+from bertknn_search.server.writer import Writer
+
+log = logging.getLogger("bertknn_search.server")
+STATIC = Path(str(files("bertknn_search.server") / "static"))
+
+# What the request got wrong is a 422; what the server cannot do now is a 503.
+STATUS: dict[type[BertKnnError], int] = {
+    QuestionError: 422,
+    ConfigError: 422,
+    InputFormatError: 422,
+    LazyIndexError: 422,
+    IndexNotFoundError: 503,
+    IndexCorruptError: 503,
+    BackendError: 503,
+}
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server runs; ``config`` holds the method defaults a request may override.
+
+    Attributes:
+        config: the resolved settings (the index's model and layer, the method options given to serve).
+        token: writes (POST and DELETE /articles) need ``Authorization: Bearer <token>``; None: open.
+        max_body: request bodies larger than this many bytes are refused (413).
+        max_batch: questions per encoder pass at most; None: ``config``'s batch size for the device.
+        window_s: how long the first question of a batch waits for others.
+        max_queue: questions waiting at most; more are refused (503).
+    """
+
+    config: Config
+    token: str | None = None
+    max_body: int = 16 * 1024 * 1024
+    max_batch: int | None = None
+    window_s: float = 0.005
+    max_queue: int = 4096
+
+
+def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] | None = None) -> FastAPI:
+    """The app; the model loads on a worker thread when the app starts (``/health`` says when it is ready).
+
+    Args:
+        settings: see ``ServerSettings``.
+        open_searcher: loads index and model; default ``Searcher.open(settings.config)``.
+    """
+    config = settings.config
+    batcher = MicroBatcher(
+        open_searcher or (lambda: Searcher.open(config)),
+        settings.max_batch,
+        settings.window_s,
+        settings.max_queue,
+    )
+    writer = Writer(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        yield
+        # uvicorn has let running requests finish; an add still queued or running finishes here too.
+        await run_in_threadpool(writer.close)
+        await run_in_threadpool(batcher.stop)
+
+    app = FastAPI(
+        title="bertknn-search",
+        summary="Cloze questions answered with BERT-kNN over a live index.",
+        version=_version(),
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.batcher = batcher
+    app.state.writer = writer
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    _add_error_handlers(app)
+    bearer = HTTPBearer(auto_error=False, description="The token in the server's --token-file.")
+
+    def require_token(given: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        if settings.token is None:
+            return
+        if given is None or not hmac.compare_digest(given.credentials.encode(), settings.token.encode()):
+            raise HTTPException(
+                401,
+                "writes need a token: send 'Authorization: Bearer <token>' with the server's --token-file",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    @app.post("/query", summary="Answer one or many cloze questions")
+    async def query(body: QueryRequest) -> Response:
+        """Each answer is the JSON ``bertknn-search query --json`` prints, in the order asked.
+
+        Method options (``k``, ``lambda``, ``temperature``, ``n-articles``, ``distance``, ``no-ir``,
+        ``top``) replace the server's defaults for this request.
+        """
+        cfg = body.apply(config)
+        items = body.items()
+        futures = batcher.submit([Question(q.question, q.subject) for q in items], cfg)
+        results = await asyncio.gather(*map(asyncio.wrap_future, futures), return_exceptions=True)
+        for i, result in enumerate(results):
+            if isinstance(result, BaseException):
+                if isinstance(result, QuestionError) and len(items) > 1:
+                    raise QuestionError(f"question {i + 1}: {result}") from result
+                raise result
+        return _json_response('{"answers": [' + ", ".join(to_json(a) for a in results) + "]}")
+
+    @app.post("/articles", summary="Add or replace articles", dependencies=[Depends(require_token)])
+    async def add_articles(body: ArticlesRequest) -> Response:
+        """Returns once the articles are answerable, with what was written (the JSON of ``add --json``).
+
+        An article whose id is stored already is replaced.
+        """
+        articles = [Article(a.id, a.title, a.text) for a in body.articles]
+        summary = await asyncio.wrap_future(writer.add(articles))
+        return _json_response(to_json(summary))
+
+    @app.delete("/articles/{article_id}", summary="Delete an article", dependencies=[Depends(require_token)])
+    async def delete_article(article_id: str) -> dict[str, str]:
+        """The article, its contexts and its IR entries go; questions no longer find it."""
+        deleted = await asyncio.wrap_future(writer.delete([article_id]))
+        if not deleted:
+            raise HTTPException(404, f"no article with id {article_id!r} in the index")
+        return {"deleted": article_id}
+
+    @app.get("/stats", summary="What the index holds, and what the server has done")
+    async def stats() -> Response:
+        """The JSON of ``bertknn-search stats --json``, plus ``server``: questions, batches, writes."""
+        result = json.loads(to_json(await run_in_threadpool(session.index_stats, config)))
+        result["server"] = {
+            **batcher.stats.as_dict(),
+            "adds": writer.adds,
+            "deletes": writer.deletes,
+            "writing": writer.running,
+            "max_batch": batcher.max_batch,
+            "defaults": config.method_settings() | {"top": config.top},
+        }
+        return _json_response(json.dumps(result, ensure_ascii=False))
+
+    @app.get("/health", summary="Ready once the model is loaded")
+    async def health() -> JSONResponse:
+        """200 ``{"status": "ready"}`` once questions can be answered; 503 while loading or failed."""
+        status, detail = batcher.status()
+        return JSONResponse(
+            {"status": status, "detail": detail}, status_code=200 if status == "ready" else 503
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    _add_docs(app)
+    return app
+
+
+def _json_response(text: str) -> Response:
+    return Response(text, media_type="application/json")
+
+
+def _add_docs(app: FastAPI) -> None:
+    """The OpenAPI page, with Swagger UI served from the installed package rather than a CDN."""
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title="bertknn-search API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+        )
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    def reply(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"detail": one_line(detail)}, status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            why = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {}).get("error", "")
+            return reply(400, f"the body is not valid JSON ({why})" if why else "the body is not valid JSON")
+        return reply(422, "; ".join(_describe(e) for e in errors[:5]))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return reply(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(BertKnnError)
+    async def library_error(request: Request, exc: BertKnnError) -> JSONResponse:
+        status = next((s for kind, s in STATUS.items() if isinstance(exc, kind)), 500)
+        return reply(status, str(exc))
+
+    @app.exception_handler(NotReady)
+    async def not_ready(request: Request, exc: NotReady) -> JSONResponse:
+        return reply(503, str(exc), {"Retry-After": "5"})
+
+    @app.exception_handler(Busy)
+    async def busy(request: Request, exc: Busy) -> JSONResponse:
+        return reply(503, f"the server is busy: {exc}", {"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return reply(500, f"internal error ({type(exc).__name__}: {exc}); the server log has the details")
+
+
+def _describe(error: Any) -> str:
+    """A pydantic error as "where: what" ("questions.2.question: Field required")."""
+    where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+    if error.get("type") == "extra_forbidden":
+        return f"unknown field {where!r}"
+    message = str(error.get("msg", "invalid"))
+    message = message.removeprefix("Value error, ")
+    return f"{where or 'the body'}: {message}"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertknn-search")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,206 @@
+"""MicroBatcher: one worker thread owns the model; questions arriving together share one encoder pass.
+
+Requests put their questions on a queue and wait on futures. The worker takes the first question, waits
+up to ``window_s`` for more (at most ``max_batch``), and answers them with ``Searcher.answer_batch``: one
+pass for a batch, where separate requests would each pay for their own. While a batch runs, the next
+questions queue up, so under load batches fill without waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from bertknn_search.config import Config
+from bertknn_search.errors import BertKnnError
+from bertknn_search.records import Answer, Question
+from bertknn_search.search import Searcher
+
+log = logging.getLogger("bertknn_search.server")
+
+
+class NotReady(Exception):
+    """The model is still loading (or failed to load): the request is refused, not queued."""
+
+
+class Busy(Exception):
+    """The queue is full: the server is answering as fast as it can; the client should retry later."""
+
+
+@dataclass(frozen=True)
+class _Job:
+    question: Question
+    config: Config
+    future: Future[Answer]
+
+
+@dataclass
+class BatchStats:
+    questions: int = 0
+    batches: int = 0
+    largest_batch: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        mean = self.questions / self.batches if self.batches else 0.0
+        return {
+            "questions": self.questions,
+            "batches": self.batches,
+            "mean_batch": round(mean, 2),
+            "largest_batch": self.largest_batch,
+        }
+
+
+_STOP = object()
+
+
+class MicroBatcher:
+    """Loads the model on its own thread, then answers queued questions in batches.
+
+    Args:
+        open_searcher: loads the index and the model (called once, on the worker thread).
+        max_batch: questions per encoder pass at most; None: the Config's batch size for the device.
+        window_s: how long the first question of a batch waits for others.
+        max_queue: questions waiting at most; more are refused with ``Busy``.
+    """
+
+    def __init__(
+        self, open_searcher: Callable[[], Searcher], max_batch: int | None, window_s: float, max_queue: int
+    ) -> None:
+        self._open = open_searcher
+        self.max_batch = max_batch
+        self.window_s = window_s
+        self._queue: queue.Queue[_Job | object] = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._run, name="batcher", daemon=True)
+        self.ready = threading.Event()
+        self.done = threading.Event()  # loading finished, well or not
+        self.error: BaseException | None = None
+        self.stats = BatchStats()
+        self._searchers: dict[Config, Searcher] = {}
+
+    # -- the request side ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, questions: Sequence[Question], config: Config) -> list[Future[Answer]]:
+        """Queue ``questions`` to be answered with ``config``; all of them or none.
+
+        Raises:
+            NotReady: the model is not loaded (yet).
+            Busy: the queue cannot take them all.
+        """
+        if not self.ready.is_set() or self.error is not None:
+            raise NotReady(self.status()[1])
+        if self._queue.maxsize - self._queue.qsize() < len(questions):
+            raise Busy(f"{self._queue.qsize():,} questions are waiting; retry shortly")
+        jobs = [_Job(q, config, Future()) for q in questions]
+        for job in jobs:
+            self._queue.put_nowait(job)
+        return [job.future for job in jobs]
+
+    def status(self) -> tuple[str, str]:
+        """("ready" | "loading" | "failed", a one-line description)."""
+        if self.error is not None:
+            return "failed", f"the model failed to load: {self.error}"
+        if self.ready.is_set():
+            return "ready", "the model is loaded"
+        return "loading", "the model is loading; retry shortly"
+
+    def stop(self) -> None:
+        """Answer what is queued, then end the worker and close the index."""
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    # -- the worker ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            searcher = self._open()
+            searcher.encoder.mlm  # noqa: B018  loading the weights now is what makes the server ready
+            searcher.encoder.vocab  # noqa: B018
+        except BaseException as exc:
+            self.error = exc
+            self.done.set()
+            log.error("cannot load the model: %s", exc)
+            self._drain(exc)
+            return
+        self._searchers[searcher.config] = searcher
+        if self.max_batch is None:
+            self.max_batch = searcher.config.batch_for(searcher.encoder.placement.device.type)
+        self.ready.set()
+        self.done.set()
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._answer(batch)
+        finally:
+            searcher.close()
+
+    def _next_batch(self) -> list[_Job] | None:
+        first = self._queue.get()
+        if first is _STOP:
+            return None
+        batch = [first]
+        deadline = time.monotonic() + self.window_s
+        while len(batch) < (self.max_batch or 1):
+            try:
+                job = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                break
+            if job is _STOP:
+                self._queue.put(_STOP)  # answer this batch first, then stop
+                break
+            batch.append(job)
+        return [job for job in batch if isinstance(job, _Job) and job.future.set_running_or_notify_cancel()]
+
+    def _answer(self, batch: list[_Job]) -> None:
+        self.stats.batches += 1
+        self.stats.questions += len(batch)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        groups: dict[Config, list[_Job]] = {}
+        for job in batch:
+            groups.setdefault(job.config, []).append(job)
+        # Requests with other method settings get their own pass: a Searcher holds one Config.
+        for config, jobs in groups.items():
+            searcher = self._searcher(config)
+            valid = []
+            for job in jobs:
+                try:
+                    searcher.encoder.prepare(job.question.text)  # one bad question must not fail the rest
+                    valid.append(job)
+                except BertKnnError as exc:
+                    job.future.set_exception(exc)
+            if not valid:
+                continue
+            try:
+                answers = searcher.answer_batch([job.question for job in valid])
+            except Exception as exc:
+                if not isinstance(exc, BertKnnError):
+                    log.exception("answering a batch of %d failed", len(valid))
+                for job in valid:
+                    job.future.set_exception(exc)
+                continue
+            for job, answer in zip(valid, answers):
+                job.future.set_result(answer)
+
+    def _searcher(self, config: Config) -> Searcher:
+        """A Searcher with ``config``'s method settings over the one loaded index and model."""
+        found = self._searchers.get(config)
+        if found is None:
+            base = next(iter(self._searchers.values()))
+            found = Searcher(config, base.backend, base.encoder)
+            if len(self._searchers) < 64:  # a few distinct settings are common; a client varying k is not
+                self._searchers[config] = found
+        return found
+
+    def _drain(self, exc: BaseException) -> None:
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(job, _Job) and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(NotReady(f"the model failed to load: {exc}"))

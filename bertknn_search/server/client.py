@@ -1,0 +1,131 @@
+"""``query --server URL``: questions sent to a running server; answers printed as ``query`` prints them.
+
+Uses only the standard library, so asking a server needs nothing the CLI does not already import.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bertknn_search.config import flag_name, read_settings_file
+from bertknn_search.errors import BertKnnError, ConfigError
+from bertknn_search.output import render_answer, to_json
+from bertknn_search.records import Answer, ArticleHit, Evidence, EvidenceSentence, Prediction, Question
+from bertknn_search.server.schemas import MAX_QUESTIONS
+
+# Config field -> the request's name for it (the flag's), and whether the value is negated.
+REQUEST_NAMES: dict[str, tuple[str, bool]] = {
+    "top": ("top", False),
+    "k": ("k", False),
+    "n_articles": ("n-articles", False),
+    "lam": ("lambda", False),
+    "temperature": ("temperature", False),
+    "distance": ("distance", False),
+    "use_ir": ("no-ir", True),
+}
+TIMEOUT_S = 600.0  # a full batch of BERT-base questions on a CPU takes tens of seconds
+
+
+def method_overrides(flags: Mapping[str, Any], settings: Path | None) -> dict[str, Any]:
+    """The request fields for the method options given (a settings file, then flags, which win).
+
+    Raises:
+        ConfigError: an option that names the server's index or model (the server has its own).
+    """
+    foreign = sorted(flag_name(n) for n, v in flags.items() if v is not None and n not in REQUEST_NAMES)
+    if foreign:
+        raise ConfigError(
+            f"--server answers with the server's index and model; drop {', '.join(foreign)}"
+            " (or leave out --server to answer here)"
+        )
+    values = dict(read_settings_file(settings)) if settings is not None else {}
+    values.update({n: v for n, v in flags.items() if v is not None})
+    out = {}
+    for name, value in values.items():
+        key, negated = REQUEST_NAMES[name]
+        out[key] = (not value) if negated else value
+    return out
+
+
+def ask(url: str, questions: Sequence[Question], overrides: Mapping[str, Any]) -> Iterator[Answer]:
+    """Answers from the server at ``url``, in order, sent in requests of at most ``MAX_QUESTIONS``.
+
+    Raises:
+        BertKnnError: the server cannot be reached, or refused the request (its one-line reason).
+    """
+    for lo in range(0, len(questions), MAX_QUESTIONS):
+        chunk = questions[lo : lo + MAX_QUESTIONS]
+        body = {"questions": [{"question": q.text, "subject": q.subject} for q in chunk], **overrides}
+        for item in post(url, "/query", body)["answers"]:
+            yield answer_from_json(item)
+
+
+def lines(
+    url: str, questions: Sequence[Question], overrides: Mapping[str, Any], as_json: bool
+) -> Iterator[str]:
+    """What ``query`` prints for each answer: its JSON line, or the text rendering."""
+    for answer in ask(url, questions, overrides):
+        yield to_json(answer) if as_json else render_answer(answer, len(answer.bert_knn)) + "\n"
+
+
+def post(url: str, path: str, body: Mapping[str, Any]) -> Any:
+    """POST ``body`` as JSON and return the decoded reply.
+
+    Raises:
+        BertKnnError: connection refused, timed out, or a 4xx/5xx (with the server's ``detail``).
+    """
+    target = url.rstrip("/") + path
+    request = urllib.request.Request(
+        target,
+        data=json.dumps(body).encode("utf-8"),
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
+            return json.loads(reply.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        raise BertKnnError(f"server at {url} answered {exc.code}: {_detail(exc)}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BertKnnError(
+            f"cannot reach a server at {url} ({reason}); start one with 'bertknn-search serve'"
+        ) from exc
+    except ValueError as exc:
+        raise BertKnnError(f"server at {target} did not answer JSON ({exc}); is it bertknn-search?") from exc
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read().decode("utf-8"))["detail"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return str(exc.reason)
+
+
+def answer_from_json(item: Mapping[str, Any]) -> Answer:
+    """An ``Answer`` from its JSON (``to_json`` of it gives the same JSON back)."""
+
+    def predictions(rows: list[dict[str, Any]]) -> list[Prediction]:
+        return [Prediction(**row) for row in rows]
+
+    return Answer(
+        question=item["question"],
+        subject=item["subject"],
+        # The subject's own article has no BM25 score: infinity, which JSON spells null.
+        articles=[
+            ArticleHit(a["id"], a["title"], float("inf") if a["score"] is None else a["score"])
+            for a in item["articles"]
+        ],
+        bert_knn=predictions(item["bert_knn"]),
+        bert=predictions(item["bert"]),
+        knn=predictions(item["knn"]),
+        evidence=[
+            Evidence(e["word"], [EvidenceSentence(**s) for s in e["sentences"]]) for e in item["evidence"]
+        ],
+        n_neighbors=item["n_neighbors"],
+    )

@@ -1,0 +1,95 @@
+"""Running the app on uvicorn: bind (127.0.0.1 unless told otherwise), say when ready, stop gracefully."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from bertknn_search.errors import BertKnnError, ConfigError
+from bertknn_search.server.app import ServerSettings, create_app
+
+log = logging.getLogger("bertknn_search.server")
+
+
+def read_token(path: Path) -> str:
+    """The write token: the file's first line, which must not be empty.
+
+    Raises:
+        ConfigError: unreadable or empty.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read --token-file {path}: {exc}") from exc
+    token = lines[0].strip() if lines else ""
+    if not token:
+        raise ConfigError(f"--token-file {path} is empty; write the token on its first line")
+    return token
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A bound socket (port 0 picks a free one), so the address is known before uvicorn starts.
+
+    Raises:
+        ConfigError: the address cannot be bound (in use, not this machine's).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = exc.strerror or exc
+        raise ConfigError(f"cannot listen on {host}:{port}: {why}; try another --port or --host") from exc
+    return sock
+
+
+def serve(settings: ServerSettings, host: str, port: int) -> None:
+    """Serve until SIGINT or SIGTERM; a write in progress then finishes before the process ends.
+
+    Raises:
+        ConfigError: the address cannot be bound.
+        BertKnnError: the model failed to load (the server stops at once).
+    """
+    import uvicorn
+
+    _log_to_stderr()
+    sock = listen(host, port)
+    bound = sock.getsockname()[1]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
+    app = create_app(settings)
+    # No access log: a line per question would cost the batch path and bury what matters.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=False, lifespan="on"))
+    batcher = app.state.batcher
+
+    def announce() -> None:
+        batcher.done.wait()
+        if batcher.error is not None:
+            server.should_exit = True
+        else:
+            log.info("ready: %s (page at /, API docs at /docs)", url)
+
+    log.info("loading the model for %s; listening on %s", settings.config.index, url)
+    threading.Thread(target=announce, name="announce", daemon=True).start()
+    # uvicorn re-raises the Ctrl-C it handled once the shutdown is done: nothing is left to interrupt.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
+    if batcher.error is not None:
+        error = batcher.error
+        if isinstance(error, BertKnnError):
+            raise error
+        raise BertKnnError(f"the model failed to load: {error}") from error
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("bertknn_search")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)

@@ -1,0 +1,83 @@
+"""Request bodies of the HTTP API, checked by pydantic: unknown fields and wrong types are a 4xx."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from bertknn_search.config import Config
+
+# Bounds: a request may not make the server do unbounded work or hold unbounded memory.
+MAX_QUESTIONS = 1024  # per request; more are sent in several requests (query --server does)
+MAX_QUESTION_CHARS = 10_000  # far past any model's limit; longer is refused before tokenising
+MAX_ARTICLES = 10_000  # per add request; the body limit usually binds first
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class QuestionIn(Strict):
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="With one [MASK].")
+    subject: str | None = Field(None, max_length=1000, description="The fact's subject, if any.")
+
+
+METHOD_FIELDS = ("top", "k", "n_articles", "lam", "temperature", "distance")
+
+
+class MethodOverrides(Strict):
+    """The method options of ``query``, by their flag names; each replaces the server's default."""
+
+    top: int | None = Field(None, ge=1, le=1000, description="Answers per ranking.")
+    k: int | None = Field(None, ge=1, le=100_000, description="Neighbours.")
+    n_articles: int | None = Field(None, alias="n-articles", ge=1, le=1000, description="Articles searched.")
+    lam: float | None = Field(None, alias="lambda", ge=0.0, le=1.0, description="Weight of kNN.")
+    temperature: float | None = Field(None, gt=0.0, description="The paper's l.")
+    distance: Literal["squared-l2", "l2"] | None = Field(None, description="d in exp(-d/l).")
+    no_ir: bool | None = Field(None, alias="no-ir", description="Search every context (the ablation).")
+
+    def apply(self, config: Config) -> Config:
+        """``config`` with the given overrides (Config checks the combination again)."""
+        changes: dict[str, Any] = {n: getattr(self, n) for n in METHOD_FIELDS if getattr(self, n) is not None}
+        if self.no_ir is not None:
+            changes["use_ir"] = not self.no_ir
+        return config.replace(**changes) if changes else config
+
+
+class QueryRequest(MethodOverrides):
+    """One question (``question``, ``subject``) or several (``questions``), with optional overrides."""
+
+    question: str | None = Field(None, min_length=1, max_length=MAX_QUESTION_CHARS)
+    subject: str | None = Field(None, max_length=1000)
+    questions: list[QuestionIn] | None = Field(None, min_length=1, max_length=MAX_QUESTIONS)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> QueryRequest:
+        if (self.question is None) == (self.questions is None):
+            raise ValueError("give either 'question' (with an optional 'subject') or 'questions', not both")
+        if self.questions is not None and self.subject is not None:
+            raise ValueError("'subject' goes inside each item of 'questions'")
+        return self
+
+    def items(self) -> list[QuestionIn]:
+        if self.questions is not None:
+            return self.questions
+        return [QuestionIn(question=self.question or "", subject=self.subject)]
+
+
+class ArticleIn(Strict):
+    id: str = Field(min_length=1, max_length=200, description="Stable id; an id stored already is replaced.")
+    title: str = Field(min_length=1, max_length=1000)
+    text: str = Field(min_length=1)
+
+    @field_validator("text")
+    @classmethod
+    def _has_text(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("the article has no text; add text or drop it")
+        return text
+
+
+class ArticlesRequest(Strict):
+    articles: list[ArticleIn] = Field(min_length=1, max_length=MAX_ARTICLES)

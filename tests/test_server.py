@@ -1,0 +1,283 @@
+"""The HTTP API in process (FastAPI's TestClient): answers, overrides, micro-batches, writes, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e '.[test]')")
+from fastapi.testclient import TestClient
+
+from bertknn_search.backends import open_backend
+from bertknn_search.config import Config
+from bertknn_search.demo import Fact
+from bertknn_search.output import to_json
+from bertknn_search.records import Answer, Question
+from bertknn_search.search import Searcher
+from bertknn_search.server.app import ServerSettings, create_app
+
+SHARP = 1.0  # the tiny model's l (see test_search.py)
+TOKEN = "s3cret-token"
+
+
+class Recording(Searcher):
+    """A Searcher that records the size of every batch it answers (one encoder pass each)."""
+
+    passes: list[int]
+
+    def answer_batch(self, questions: Sequence[Question]) -> list[Answer]:
+        self.passes.append(len(questions))
+        return super().answer_batch(questions)
+
+
+def start(client: TestClient) -> TestClient:
+    batcher = client.app.state.batcher  # type: ignore[attr-defined]
+    assert batcher.done.wait(120), "the model did not load"
+    assert batcher.error is None, batcher.error
+    return client
+
+
+@pytest.fixture(scope="module")
+def api(built_index: Config) -> Iterator[TestClient]:
+    """A read-only server over the session's index."""
+    app = create_app(ServerSettings(built_index.replace(temperature=SHARP)))
+    with TestClient(app) as client:
+        yield start(client)
+
+
+@pytest.fixture
+def writable(index_copy: Config) -> Iterator[tuple[TestClient, Config]]:
+    """A server over a private copy, with a write token and a small body limit."""
+    config = index_copy.replace(temperature=SHARP)
+    app = create_app(ServerSettings(config, token=TOKEN, max_body=4096))
+    with TestClient(app) as client:
+        yield start(client), config
+
+
+def born(f: Fact) -> dict[str, str]:
+    return {"question": f"{f.person.title()} was born in [MASK].", "subject": f.person.title()}
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def assert_one_line(reply: Any, status: int) -> str:
+    assert reply.status_code == status, reply.text
+    detail = reply.json()["detail"]
+    assert isinstance(detail, str) and "\n" not in detail and 0 < len(detail) <= 500
+    return detail
+
+
+# -- answers -------------------------------------------------------------------------------------------
+def test_answers_are_the_json_of_query_json(api: TestClient, built_index: Config, facts: list[Fact]) -> None:
+    searcher = Searcher.open(built_index.replace(temperature=SHARP))
+    try:
+        questions = [Question(b["question"], b["subject"]) for b in map(born, facts)]
+        expected = [json.loads(to_json(a)) for a in searcher.answer_batch(questions)]
+    finally:
+        searcher.close()
+    one = api.post("/query", json=born(facts[0]))
+    assert one.status_code == 200 and one.json()["answers"] == expected[:1]
+    many = api.post("/query", json={"questions": [born(f) for f in facts]})
+    assert many.status_code == 200 and many.json()["answers"] == expected
+    assert [a["bert_knn"][0]["word"] for a in expected] == [f.city for f in facts]
+
+
+def test_a_request_overrides_the_method_options_for_itself_only(api: TestClient, facts: list[Fact]) -> None:
+    q = born(facts[0])
+    assert api.post("/query", json={**q, "k": 1}).json()["answers"][0]["n_neighbors"] == 1
+    only_bert = api.post("/query", json={**q, "lambda": 0.0}).json()["answers"][0]
+    assert only_bert["bert_knn"] == only_bert["bert"]
+    assert len(api.post("/query", json={**q, "top": 3}).json()["answers"][0]["bert"]) == 3
+    no_ir = api.post("/query", json={**q, "no-ir": True, "n-articles": 1}).json()["answers"][0]
+    assert no_ir["articles"] == [] and no_ir["n_neighbors"] > 0
+    default = api.post("/query", json=q).json()["answers"][0]
+    assert len(default["bert"]) == 10 and default["n_neighbors"] > 1 and default["articles"]
+
+
+def test_concurrent_questions_share_one_encoder_pass(built_index: Config, facts: list[Fact]) -> None:
+    config = built_index.replace(temperature=SHARP)
+    searcher: list[Recording] = []
+
+    def open_recording() -> Searcher:
+        s = Recording.open(config)
+        s.passes = []
+        searcher.append(s)
+        return s
+
+    # A long window and a batch of 8: the pass starts when the 8th question arrives, not on a timer.
+    app = create_app(ServerSettings(config, max_batch=8, window_s=60.0), open_searcher=open_recording)
+    bodies = [born(f) for f in facts[:7]] + [{"question": "No mask in this one."}]
+    with TestClient(app) as client, ThreadPoolExecutor(8) as pool:
+        start(client)
+        replies = list(pool.map(lambda body: client.post("/query", json=body), bodies))
+    assert searcher[0].passes == [7]  # the bad question was refused before the pass, alone
+    assert [r.status_code for r in replies] == [200] * 7 + [422]
+    assert [r.json()["answers"][0]["bert_knn"][0]["word"] for r in replies[:7]] == [f.city for f in facts[:7]]
+
+
+def test_health_is_ready_only_once_the_model_is_loaded(built_index: Config, facts: list[Fact]) -> None:
+    app = create_app(ServerSettings(built_index))
+    client = TestClient(app)  # not started: the model has not been loaded
+    assert client.get("/health").status_code == 503
+    assert client.get("/health").json()["status"] == "loading"
+    assert "loading" in assert_one_line(client.post("/query", json=born(facts[0])), 503)
+    with client:
+        start(client)
+        assert client.get("/health").json() == {"status": "ready", "detail": "the model is loaded"}
+
+
+def test_a_model_that_fails_to_load_is_reported(built_index: Config, tmp_path: Path) -> None:
+    broken = tmp_path / "model"
+    shutil.copytree(built_index.model, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    app = create_app(ServerSettings(built_index.replace(model=str(broken))))
+    with TestClient(app) as client:
+        assert app.state.batcher.done.wait(120)
+        reply = client.get("/health")
+        assert reply.status_code == 503 and reply.json()["status"] == "failed"
+        assert "failed to load" in assert_one_line(client.post("/query", json={"question": "[MASK]."}), 503)
+
+
+# -- writes --------------------------------------------------------------------------------------------
+def test_an_added_article_is_answerable_when_the_add_returns(writable: tuple[TestClient, Config]) -> None:
+    client, _ = writable
+    q = {"question": "Glorbix was born in [MASK].", "subject": "Glorbix"}
+    article = {"id": "900", "title": "Glorbix", "text": "Glorbix was born in Yentil. Glorbix was a poet."}
+    added = client.post("/articles", json={"articles": [article]}, headers=auth())
+    assert added.status_code == 200 and added.json()["articles"] == 1
+    assert client.post("/query", json=q).json()["answers"][0]["bert_knn"][0]["word"] == "yentil"
+    article["text"] = article["text"].replace("Yentil", "Quenton")
+    assert client.post("/articles", json={"articles": [article]}, headers=auth()).status_code == 200
+    answer = client.post("/query", json=q).json()["answers"][0]
+    assert answer["bert_knn"][0]["word"] == "quenton"
+    assert [s["sentence"] for s in answer["evidence"][0]["sentences"]] == ["Glorbix was born in Quenton."]
+
+
+def test_writes_need_the_token_and_reads_do_not(
+    writable: tuple[TestClient, Config], facts: list[Fact]
+) -> None:
+    client, config = writable
+    body = {"articles": [{"id": "901", "title": "Plim", "text": "Plim was born in Sarnith."}]}
+    assert "token" in assert_one_line(client.post("/articles", json=body), 401)
+    assert_one_line(client.post("/articles", json=body, headers=auth("wrong")), 401)
+    assert_one_line(client.delete("/articles/100", headers=auth("wrong")), 401)
+    assert "901" not in stored_ids(config)
+    assert client.post("/query", json=born(facts[0])).status_code == 200
+    assert client.get("/stats").status_code == 200
+    assert client.post("/articles", json=body, headers=auth()).status_code == 200
+    assert "901" in stored_ids(config)
+
+
+def stored_ids(config: Config) -> dict[str, str]:
+    backend = open_backend(config)
+    try:
+        ids = [str(i) for i in range(100, 1000)]
+        return backend.fingerprints(ids)
+    finally:
+        backend.close()
+
+
+BAD_QUERIES = [
+    (b"{not json", 400, "not valid JSON"),
+    (b'["a list"]', 422, "the body"),
+    (json.dumps({"question": "No mask here."}).encode(), 422, "exactly one [MASK], found 0"),
+    (json.dumps({"question": "[MASK] was born in [MASK]."}).encode(), 422, "found 2"),
+    (json.dumps({"question": "the " * 80 + "[MASK]."}).encode(), 422, "tokens long; the model takes 64"),
+    (json.dumps({"question": "Zorblat was born in [MASK].", "colour": 1}).encode(), 422, "unknown field"),
+    (json.dumps({"question": "a [MASK].", "questions": [{"question": "b [MASK]."}]}).encode(), 422, "either"),
+    (json.dumps({"questions": []}).encode(), 422, "questions"),
+    (json.dumps({"questions": [{"question": "[MASK].", "k": 3}]}).encode(), 422, "unknown field"),
+    (json.dumps({"question": "a [MASK].", "k": 0}).encode(), 422, "k:"),
+    (json.dumps({"question": "a [MASK].", "lambda": 1.5}).encode(), 422, "lambda"),
+    (json.dumps({"question": "a [MASK].", "distance": "cosine"}).encode(), 422, "distance"),
+    (json.dumps({"question": "a [MASK].", "temperature": 0}).encode(), 422, "temperature"),
+    (json.dumps({"question": "a [MASK]." + " x" * 3000}).encode(), 413, "limit of 4,096 bytes"),
+]
+BAD_ARTICLES = [
+    b"{not json",
+    json.dumps({"articles": []}).encode(),
+    json.dumps({"articles": "100"}).encode(),
+    json.dumps({"articles": [{"id": "100", "title": "Zorblat"}]}).encode(),
+    json.dumps({"articles": [{"id": "100", "title": "Zorblat", "text": "   "}]}).encode(),
+    json.dumps({"articles": [{"id": "", "title": "Zorblat", "text": "Zorblat was born."}]}).encode(),
+    json.dumps({"articles": [{"id": 100, "title": "Zorblat", "text": "Zorblat was born."}]}).encode(),
+    json.dumps({"articles": [{"id": "100", "title": "Z", "text": "Z was born.", "url": "x"}]}).encode(),
+    # One good article and one bad: nothing is written, not even the good one.
+    json.dumps({"articles": [{"id": "100", "title": "Z", "text": "Z was born."}, {"id": "7"}]}).encode(),
+    json.dumps({"articles": [{"id": "100", "title": "Z", "text": "Z was born. " * 400}]}).encode(),
+]
+
+
+def test_bad_input_is_a_one_line_4xx_and_writes_nothing(writable: tuple[TestClient, Config]) -> None:
+    client, config = writable
+    before, stats_before = stored_ids(config), client.get("/stats").json()
+    headers = {**auth(), "Content-Type": "application/json"}
+    for body, status, words in BAD_QUERIES:
+        detail = assert_one_line(client.post("/query", content=body, headers=headers), status)
+        assert words in detail, (body[:60], detail)
+    for body in BAD_ARTICLES:
+        reply = client.post("/articles", content=body, headers=headers)
+        assert 400 <= reply.status_code < 500, (body[:80], reply.text)
+        assert_one_line(reply, reply.status_code)
+    # A chunked body has no Content-Length: it is counted as it arrives and refused past the limit.
+    chunks = (b'{"question": "a [MASK].", "subject": "' + b"x" * 1000 for _ in range(8))
+    assert_one_line(client.post("/query", content=chunks, headers=headers), 413)
+    assert_one_line(client.delete("/articles/no-such-id", headers=auth()), 404)
+    assert stored_ids(config) == before
+    stats_after = client.get("/stats").json()
+    for key in ("articles", "sentences", "contexts"):
+        assert stats_after[key] == stats_before[key]
+    assert client.get("/health").json()["status"] == "ready"  # and the server still answers
+
+
+def test_a_lazy_index_is_served_like_an_eager_one(
+    built_index: Config, corpus: Path, tmp_path: Path, facts: list[Fact]
+) -> None:
+    from bertknn_search.ingest.pipeline import ingest
+
+    lazy = built_index.replace(index=tmp_path / "lazy", contexts="lazy", temperature=SHARP)
+    ingest(corpus, lazy, progress=False)
+    bodies = {"questions": [born(f) for f in facts]}
+    answers = []
+    for config in (built_index.replace(temperature=SHARP), lazy):
+        with TestClient(create_app(ServerSettings(config))) as client:
+            answers.append(start(client).post("/query", json=bodies).json()["answers"])
+    assert [a["bert_knn"][0]["word"] for a in answers[1]] == [f.city for f in facts]
+
+    def sentences(answer: dict[str, Any]) -> list[tuple[str, list[str]]]:
+        # Distances agree to float rounding only: keys encoded in another batch differ in the last bits.
+        return [(e["word"], [s["sentence"] for s in e["sentences"]]) for e in answer["evidence"]]
+
+    assert [sentences(a) for a in answers[1]] == [sentences(a) for a in answers[0]]
+
+
+# -- the rest ------------------------------------------------------------------------------------------
+def test_stats_are_those_of_the_stats_command(
+    api: TestClient, built_index: Config, facts: list[Fact]
+) -> None:
+    from bertknn_search.session import index_stats
+
+    api.post("/query", json={"questions": [born(f) for f in facts[:3]]})
+    stats = api.get("/stats").json()
+    server = stats.pop("server")
+    assert stats == json.loads(to_json(index_stats(built_index)))
+    assert server["questions"] >= 3 and server["defaults"]["temperature"] == SHARP
+
+
+def test_the_page_and_the_api_docs_load_nothing_from_the_internet(api: TestClient) -> None:
+    page = api.get("/")
+    assert page.status_code == 200 and "[MASK]" in page.text and "/static/app.js" in page.text
+    for path in ("/", "/static/app.js", "/static/style.css", "/docs"):
+        text = api.get(path).text
+        assert "http://" not in text and "https://" not in text, path
+    assert api.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
+    paths = api.get("/openapi.json").json()["paths"]
+    assert {"/query", "/articles", "/articles/{article_id}", "/stats", "/health"} <= set(paths)

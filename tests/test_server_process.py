@@ -1,0 +1,252 @@
+"""``bertknn-search serve`` as a process on 127.0.0.1: query --server, SIGTERM during an add, a browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from bertknn_search.backends import open_backend
+from bertknn_search.cli import main
+from bertknn_search.config import Config
+from bertknn_search.demo import FILLER, Fact
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e '.[test]')")
+START_S = 180.0  # loading torch and the model on a busy 2-core machine
+
+
+@dataclass
+class Served:
+    """A server process, its URL and every line it has written to stderr so far."""
+
+    proc: subprocess.Popen[str]
+    url: str = ""
+    log: list[str] = field(default_factory=list)
+    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
+
+    def wait_for(self, text: str, timeout: float = START_S) -> str:
+        """The first line (from now on) containing ``text``; fails with the log if the process ends."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"no {text!r} from the server in {timeout:.0f} s:\n" + "".join(self.log))
+            if line is None:
+                pytest.fail(f"the server ended before {text!r}:\n" + "".join(self.log))
+            if text in line:
+                return line
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=120)
+
+
+def serve(index: Path, *extra: str) -> Served:
+    cmd = [sys.executable, "-m", "bertknn_search", "serve", "--index", str(index), "--port", "0", *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    served = Served(proc)
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            served.log.append(line)
+            served.lines.put(line)
+        served.lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    match = re.search(r"ready: (http://\S+)", served.wait_for("ready: "))
+    assert match is not None
+    served.url = match.group(1)
+    return served
+
+
+def post(url: str, body: dict[str, Any], timeout: float = 300.0) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.fixture(scope="module")
+def live(built_index: Config) -> Iterator[Served]:
+    """A read-only server over the session's index, with the demo's l=1."""
+    served = serve(built_index.index, "--temperature", "1")
+    yield served
+    served.stop()
+
+
+def cli(*args: Any) -> Any:
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+# -- the command and the client ------------------------------------------------------------------------
+def test_serve_binds_loopback_by_default(live: Served) -> None:
+    assert live.url.startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(live.url + "/health", timeout=30) as reply:
+        assert json.loads(reply.read())["status"] == "ready"
+
+
+def test_query_server_prints_what_query_prints(
+    live: Served, built_index: Config, facts: list[Fact], tmp_path: Path
+) -> None:
+    questions = "".join(f"{f.person.title()} was born in [MASK].\t{f.person.title()}\n" for f in facts[:4])
+    path = tmp_path / "questions.txt"
+    path.write_text(questions, encoding="utf-8")
+    for fmt in (["--json"], []):
+        here = cli("query", "--index", built_index.index, "--temperature", 1, "--file", path, *fmt)
+        there = cli("query", "--server", live.url, "--file", path, *fmt)
+        assert here.exit_code == 0 and there.exit_code == 0, there.output
+        assert there.output == here.output
+    lines = cli("query", "--server", live.url, "--file", path, "--json").output.splitlines()
+    answers = [json.loads(line) for line in lines]
+    assert [a["bert_knn"][0]["word"] for a in answers] == [f.city for f in facts[:4]]
+    # Method options travel with the questions and override the server's defaults.
+    one = cli("query", "--server", live.url, "-k", 1, "--top", 2, "--json", "Zorblat was born in [MASK].")
+    answer = json.loads(one.output)
+    assert answer["n_neighbors"] == 1 and len(answer["bert"]) == 2
+
+
+def test_query_server_errors_are_one_line(live: Served) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        down = cli("query", "--server", nobody, "Zorblat was born in [MASK].")
+    bad = cli("query", "--server", live.url, "Zorblat was born in Quenton.")
+    mixed = cli("query", "--server", live.url, "--index", "elsewhere", "Zorblat was born in [MASK].")
+    for result, words in (
+        (down, "cannot reach a server"),
+        (bad, "answered 422: the question must contain exactly one [MASK]"),
+        (mixed, "drop --index"),
+    ):
+        assert result.exit_code == 1 and words in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_serve_fails_in_one_line(built_index: Config, tmp_path: Path) -> None:
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        in_use = cli("serve", "--index", built_index.index, "--port", port)
+    for result, words in (
+        (in_use, "cannot listen on 127.0.0.1"),
+        (cli("serve", "--index", tmp_path / "none"), "no index at"),
+        (cli("serve", "--index", built_index.index, "--token-file", empty), "is empty"),
+    ):
+        assert result.exit_code == 1 and words in result.output and "Traceback" not in result.output
+
+
+# -- shutdown ------------------------------------------------------------------------------------------
+@pytest.mark.reliability
+def test_sigterm_during_an_add_finishes_the_add(index_copy: Config) -> None:
+    rng = random.Random(0)
+    articles = [
+        {
+            "id": f"s{i}",
+            "title": f"Town {i}",
+            "text": " ".join(" ".join(rng.choices(FILLER, k=12)).capitalize() + "." for _ in range(6)),
+        }
+        for i in range(300)
+    ]
+    served = serve(index_copy.index)
+    reply: list[tuple[int, Any]] = []
+    adder = threading.Thread(
+        target=lambda: reply.append(post(served.url + "/articles", {"articles": articles}))
+    )
+    adder.start()
+    served.wait_for("add of 300 articles started")
+    served.proc.send_signal(signal.SIGTERM)
+    adder.join(timeout=300)
+    code = served.proc.wait(timeout=120)
+    log = "".join(served.log)
+    assert code in (0, -signal.SIGTERM), log
+    assert reply and reply[0][0] == 200 and reply[0][1]["articles"] == 300, (reply, log)
+    assert log.index("add of 300 articles finished") < log.index("Application shutdown complete")
+    backend = open_backend(index_copy)
+    try:
+        assert len(backend.fingerprints([a["id"] for a in articles])) == 300
+        assert backend.stats().articles == 20 + 300
+    finally:
+        backend.close()
+
+
+# -- the page in a real browser ------------------------------------------------------------------------
+def chromium() -> tuple[str, str]:
+    pytest.importorskip("selenium", reason="the browser test needs selenium (pip install -e '.[test]')")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not browser or not driver:
+        pytest.skip("Chromium or chromedriver not installed (apt-get install chromium chromium-driver)")
+    return browser, driver
+
+
+def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact], tmp_path: Path) -> None:
+    browser, driver_path = chromium()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = Options()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1500"):
+        options.add_argument(flag)
+    options.binary_location = browser
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    fact = facts[1]
+    person = fact.person.title()
+    try:
+        driver.get(live.url + "/")
+        question = driver.find_element(By.ID, "question")
+        assert "[MASK]" in driver.find_element(By.ID, "mask-hint").text
+        # Without [MASK] the page says so and asks nothing.
+        question.send_keys(f"{person} was born in Paris.")
+        driver.find_element(By.ID, "ask").click()
+        assert "exactly one [MASK]" in driver.find_element(By.ID, "status").text
+        question.clear()
+        question.send_keys(f"{person} was born in ")
+        driver.find_element(By.ID, "insert-mask").click()
+        question.send_keys(".")
+        assert question.get_attribute("value") == f"{person} was born in [MASK]."
+        driver.find_element(By.ID, "subject").send_keys(person)
+        driver.find_element(By.ID, "ask").click()
+        WebDriverWait(driver, 60).until(seen.visibility_of_element_located((By.ID, "result")))
+        top = driver.find_element(By.CSS_SELECTOR, '.ranking[data-model="bert_knn"] li .word')
+        assert top.text == fact.city
+        assert driver.find_element(By.ID, "articles").text.startswith(f"Articles searched: {person}")
+        marks = driver.find_elements(By.CSS_SELECTOR, "#evidence .sentence mark")
+        first = marks[0].find_element(By.XPATH, "..")
+        assert marks[0].text == fact.city.title()
+        assert first.text.startswith(f"{person} was born in {fact.city.title()}.")
+        shot = Path(os.environ.get("BERTKNN_SCREENSHOT_DIR", tmp_path)) / "server-page.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+        print(f"screenshot: {shot}")
+    finally:
+        driver.quit()
