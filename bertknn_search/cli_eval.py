@@ -378,9 +378,19 @@ def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **fla
     show_default=True,
     help="The corpus, JSONL of {id, title, text}.",
 )
+@click.option(
+    "--per-relation",
+    type=click.IntRange(min=1),
+    help="Only the first N facts of each relation (those 'eval run --per-relation N' reads).",
+)
 @json_flag("the summary as one object on one line")
 def eval_corpus(
-    lama: Path | None, lama_uhn: Path | None, relations: str | None, out: Path, as_json: bool
+    lama: Path | None,
+    lama_uhn: Path | None,
+    relations: str | None,
+    out: Path,
+    per_relation: int | None,
+    as_json: bool,
 ) -> None:
     """Write the Wikipedia sentences LAMA's facts came from as a corpus 'ingest wiki' reads.
 
@@ -395,7 +405,7 @@ def eval_corpus(
     from bertknn_search.output import render_corpus, to_json
 
     files = evidence_files(lama, lama_uhn, parse_relations(relations))
-    summary = write_evidence_corpus(files, out)
+    summary = write_evidence_corpus(files, out, per_relation)
     click.echo(to_json(summary) if as_json else render_corpus(summary))
 
 

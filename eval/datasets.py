@@ -173,7 +173,10 @@ def read_lama(
     """
     root = Path(root)
     present = _present_corpora(root, corpora)
-    keep = (lambda relation: True) if relations is None else set(relations).__contains__
+
+    def asked(relation: str) -> bool:
+        return relations is None or relation in relations
+
     facts: list[Fact] = []
     for corpus in present:
         folder = root / LAMA_FOLDERS[corpus]
@@ -182,12 +185,12 @@ def read_lama(
         elif corpus == "Google-RE":
             for relation, template in GOOGLE_RE_TEMPLATES.items():
                 path = folder / f"{relation}_test.jsonl"
-                if not path.exists() or not keep(relation):
+                if not path.exists() or not asked(relation):
                     continue
                 keep = {str(r.get("uuid")) for _, r in read_jsonl(path) if _google_re_positive(r)}
                 rows = _template_facts(path, corpus, relation, template)
                 facts += [f for f in rows if f.uuid in keep] if google_re_judgments else rows
-        elif (folder / "test.jsonl").exists() and keep(corpus):
+        elif (folder / "test.jsonl").exists() and asked(corpus):
             facts += _sentence_facts(folder / "test.jsonl", corpus)
     return facts
 

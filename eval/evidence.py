@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -96,15 +97,24 @@ def evidence_articles(paths: Iterable[Path]) -> list[Article]:
     return _group(row for path in _files(paths) for row in _rows(path))[0]
 
 
-def write_evidence_corpus(files: Sequence[tuple[str, Path]], out: Path) -> CorpusSummary:
+def write_evidence_corpus(
+    files: Sequence[tuple[str, Path]], out: Path, per_relation: int | None = None
+) -> CorpusSummary:
     """Write the evidence articles of ``files`` (from ``evidence_files``) to ``out`` as JSONL.
 
     The lines are ``{id, title, text}``, what ``ingest wiki`` reads.
 
+    Args:
+        files: (relation, file) pairs.
+        out: the JSONL file to write.
+        per_relation: read only the first N facts of each file, the facts ``eval run --per-relation N``
+            evaluates (a small corpus for a first number).
+
     Raises:
         InputFormatError: a malformed line, or ``out`` cannot be written.
     """
-    articles, facts, sentences = _group(row for _, path in files for row in _rows(path))
+    rows = (row for _, path in files for row in itertools.islice(_rows(path), per_relation))
+    articles, facts, sentences = _group(rows)
     try:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(articles, Path(out))
