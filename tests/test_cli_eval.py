@@ -265,3 +265,32 @@ def test_eval_grid_tries_the_small_temperatures_small_models_need(
     assert r.exit_code == 0, r.output
     temperatures = [row["temperature"] for row in json.loads(r.output)["grid"]]
     assert 1.0 in temperatures and 6.0 in temperatures
+
+
+def test_relations_select_by_id_in_every_eval_command(
+    built_index: Config, facts: list[Fact], tmp_path: Path
+) -> None:
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions, facts)
+    asked = ["--questions", str(questions), "--index", str(built_index.index), "--no-progress"]
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["eval", "run", *asked, "--relations", "born", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(line) for line in (out / "facts.jsonl").read_text().splitlines()]
+    assert {line["relation"] for line in lines} == {"born"} and len(lines) == len(facts)
+    grid = [*asked, "--grid-n", "1", "--grid-k", "8", "--grid-lambda", "0.3", "--grid-temperature", "1"]
+    grid += ["--out", str(tmp_path / "s.json")]
+    r = CliRunner().invoke(main, ["eval", "grid", *grid, "--relations", "JOB"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "s.grid.json").read_text())["read"] == len(facts)
+    r = CliRunner().invoke(main, ["eval", "warm", *asked, "--relations", "born", "--json"])
+    assert r.exit_code == 0, r.output
+    for command in (["run", "--out", str(tmp_path / "x")], ["grid", "--out", str(tmp_path / "y")], ["warm"]):
+        bad = CliRunner().invoke(main, ["eval", command[0], *asked, *command[1:], "--relations", "born,P19"])
+        assert bad.exit_code == 1
+        assert bad.output == "Error: unknown relation P19; the data named holds: born, job\n"
+    # --relations used to name the templates file: the error points to its new name.
+    templates = tmp_path / "relations.jsonl"
+    templates.write_text('{"relation": "P19", "template": "[X] was born in [Y] ."}\n')
+    old = CliRunner().invoke(main, ["eval", "run", *asked, "--relations", str(templates)])
+    assert old.exit_code == 1 and old.output.endswith("goes to --relations-file)\n")

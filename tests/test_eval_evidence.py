@@ -87,6 +87,10 @@ def test_eval_corpus_command(lama: Path, tmp_path: Path) -> None:
         "relations": ["place_of_birth", "P19"],
         "out": str(out),
     }
+    # The first fact of each relation: the facts 'eval run --per-relation 1' reads.
+    first = ["eval", "corpus", "--lama", str(lama), "--relations", "P101", "--per-relation", "1", "--json"]
+    assert json.loads(CliRunner().invoke(main, [*first, "--out", str(out)]).output)["facts"] == 1
+    assert [row["title"] for row in read_corpus(out)] == ["Zorblat"]
     bad = CliRunner().invoke(
         main, ["eval", "corpus", "--lama", str(lama), "--relations", "P7", "--out", str(out)]
     )
