@@ -13,55 +13,32 @@ from typing import Any
 import click
 
 from bertknn_search import session
+from bertknn_search.cli_eval_options import (
+    DATASET_FLAGS,
+    NumberList,
+    ablation_options,
+    dataset_options,
+    existing,
+    json_flag,
+    models_option,
+    relations_option,
+)
 from bertknn_search.cli_options import (
-    Decorator,
     backend_options,
     cache_option,
     index_options,
     method_options,
     model_options,
     no_progress_option,
-    stacked,
 )
 from bertknn_search.errors import ConfigError
-from bertknn_search.eval.metrics import KS, MODELS
-
-DATASET_FLAGS = (
-    *("lama", "corpora", "lama_uhn", "relations", "relations_file"),
-    *("popqa", "split", "questions", "per_relation"),
-)
-
-_path = click.Path(exists=True, path_type=Path)
-relations_option = click.option(
-    "--relations",
-    help="Only these relations, comma-separated: T-REx/LAMA-UHN ids (P19,P103), Google-RE names"
-    " (place_of_birth), ConceptNet, SQuAD, PopQA or JSONL relations [default: all].",
-)
-dataset_options = stacked(
-    click.option("--lama", type=_path, help="LAMA data folder (relations.jsonl, TREx/, Google_RE/, ...)."),
-    click.option("--corpora", help="Comma-separated LAMA corpora [default: all present]."),
-    click.option(
-        "--lama-uhn", type=_path, help="LAMA-UHN folder (TREx_UHN/); templates from --relations-file."
-    ),
-    relations_option,
-    click.option(
-        "--relations-file",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="LAMA's relations.jsonl (templates) for --lama-uhn [default: --lama's].",
-    ),
-    click.option("--popqa", type=_path, help="PopQA TSV (or the derived dev/test JSON)."),
-    click.option("--split", default="test", show_default=True, help="Split of a derived PopQA JSON."),
-    click.option("--questions", type=_path, help="JSONL of {question, answers, subject?, relation?}."),
-    click.option(
-        "--per-relation", type=click.IntRange(min=1), help="Use only the first N facts of each relation."
-    ),
-    click.option("--common-vocab", type=_path, help="LAMA common vocabulary: restricts answers and outputs."),
-)
+from bertknn_search.eval.metrics import KS
 
 
 def _facts(flags: dict[str, Any]) -> list[Any]:
     """Read the datasets the flags name, taking their flags out of ``flags``."""
-    from bertknn_search.eval.datasets import parse_relations, read_facts
+    from bertknn_search.eval.datasets import read_facts
+    from bertknn_search.eval.relations import parse_relations
 
     data = {name: flags.pop(name) for name in DATASET_FLAGS}
     if not any(data[name] for name in ("lama", "lama_uhn", "popqa", "questions")):
@@ -69,11 +46,6 @@ def _facts(flags: dict[str, Any]) -> list[Any]:
     corpora = data.pop("corpora")
     data["relations"] = parse_relations(data["relations"])
     return read_facts(corpora=corpora.split(",") if corpora else None, **data)
-
-
-def json_flag(what: str) -> Decorator:
-    """``--json`` with help that says what is printed (each command prints one object per line)."""
-    return click.option("--json", "as_json", is_flag=True, help=f"Print JSON: {what}.")
 
 
 @click.group("eval")
@@ -162,33 +134,12 @@ def eval_run(
         )
 
 
-class ModelList(click.ParamType):
-    """Comma-separated rankings: bert, knn, bert_knn (BERT-kNN and bert-knn are accepted too)."""
-
-    name = "models"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, list):
-            return value
-        names = [v.strip().lower().replace("-", "_") for v in str(value).split(",") if v.strip()]
-        unknown = [n for n in names if n not in MODELS]
-        if unknown or not names:
-            self.fail(f"expected some of {', '.join(MODELS)}, got {value!r}", param, ctx)
-        return list(dict.fromkeys(names))
-
-
 @eval_group.command("compare")
 @click.argument(
     "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
 )
 @click.option("-k", "k", type=click.Choice(KS), default=KS[0], show_default=True, help="Which P@k to show.")
-@click.option(
-    "--models",
-    type=ModelList(),
-    default=",".join(MODELS),
-    show_default=True,
-    help="Rankings to show, comma-separated (knn alone for a checkpoint without an MLM head).",
-)
+@models_option
 @click.option(
     "--format",
     "fmt",
@@ -250,22 +201,6 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
         write(path)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc}") from exc
-
-
-class NumberList(click.ParamType):
-    """Comma-separated numbers of one kind, e.g. ``1,2,3``."""
-
-    def __init__(self, kind: type) -> None:
-        self.kind = kind
-        self.name = f"{kind.__name__},..."
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, list):
-            return value
-        try:
-            return [self.kind(v) for v in str(value).split(",") if v.strip()]
-        except ValueError:
-            self.fail(f"expected comma-separated {self.kind.__name__}s, got {value!r}", param, ctx)
 
 
 @eval_group.command("grid")
@@ -368,8 +303,8 @@ def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **fla
 
 
 @eval_group.command("corpus")
-@click.option("--lama", type=_path, help="LAMA data folder: its T-REx and Google-RE facts' sentences.")
-@click.option("--lama-uhn", type=_path, help="LAMA-UHN folder (TREx_UHN/): its facts' sentences.")
+@click.option("--lama", type=existing, help="LAMA data folder: its T-REx and Google-RE facts' sentences.")
+@click.option("--lama-uhn", type=existing, help="LAMA-UHN folder (TREx_UHN/): its facts' sentences.")
 @relations_option
 @click.option(
     "--out",
@@ -400,8 +335,8 @@ def eval_corpus(
 
     Example: bertknn-search eval corpus --lama data/lama --relations P19,P103 --out corpus.jsonl
     """
-    from bertknn_search.eval.datasets import parse_relations
     from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
+    from bertknn_search.eval.relations import parse_relations
     from bertknn_search.output import render_corpus, to_json
 
     files = evidence_files(lama, lama_uhn, parse_relations(relations))
@@ -409,43 +344,11 @@ def eval_corpus(
     click.echo(to_json(summary) if as_json else render_corpus(summary))
 
 
-class IrList(click.ParamType):
-    """Comma-separated on/off: whether the IR step runs (off searches every context)."""
-
-    name = "on,off"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, list):
-            return value
-        words = [v.strip().lower() for v in str(value).split(",") if v.strip()]
-        if not words or any(w not in ("on", "off") for w in words):
-            self.fail(f"expected on, off or on,off, got {value!r}", param, ctx)
-        return [w == "on" for w in dict.fromkeys(words)]
-
-
 @eval_group.command("ablate")
 @dataset_options
-@click.option(
-    "--index",
-    "indexes",
-    multiple=True,
-    type=click.Path(path_type=Path),
-    help="An index to evaluate; repeat it to compare store choices (mask policy, store dtype, layer)"
-    " [env BERTKNN_INDEX; default ./bertknn-index].",
-)
-@click.option("--temperature", type=NumberList(float), help="Values of l [default: the index's 6].")
-@click.option("-k", "k", type=NumberList(int), help="Values of k, the neighbours [default 128].")
-@click.option("--lambda", "lam", type=NumberList(float), help="Values of λ [default 0.3].")
-@click.option("--n-articles", type=NumberList(int), help="Values of N, the articles searched [default 3].")
-@click.option("--ir", "use_ir", type=IrList(), help="on, off or on,off: the IR step, or every context.")
+@ablation_options
 @click.option("--at", type=click.Choice(KS), default=KS[0], show_default=True, help="P@k in table and plot.")
-@click.option(
-    "--models",
-    type=ModelList(),
-    default=",".join(MODELS),
-    show_default=True,
-    help="Rankings in the table and plot, comma-separated.",
-)
+@models_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),

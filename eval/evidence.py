@@ -10,15 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.errors import ConfigError, InputFormatError
-from bertknn_search.eval.datasets import (
-    LAMA_FOLDERS,
-    canonical_ids,
-    lama_relations,
-    read_jsonl,
-    relation_files,
-    uhn_folder,
-    unknown_relations,
-)
+from bertknn_search.eval.datasets import LAMA_FOLDERS, lama_relations, read_jsonl, relation_files, uhn_folder
+from bertknn_search.eval.relations import canonical_ids, unknown_relations
 from bertknn_search.records import Article
 
 MASK = "[MASK]"

@@ -14,7 +14,6 @@ from bertknn_search.eval import popqa
 from bertknn_search.eval.datasets import (
     Fact,
     lama_relations,
-    parse_relations,
     read_common_vocab,
     read_facts,
     read_lama,
@@ -22,6 +21,7 @@ from bertknn_search.eval.datasets import (
     read_popqa,
     read_questions_jsonl,
 )
+from bertknn_search.eval.relations import parse_relations
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
