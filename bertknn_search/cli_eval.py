@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -148,6 +149,11 @@ def eval_run(
     show_default=True,
     help="Markdown, or a LaTeX tabular (booktabs) to paste into a paper.",
 )
+@click.option(
+    "--macro-only",
+    is_flag=True,
+    help="Only the macro averages: datasets by model, the layout of the paper's Table 1.",
+)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here.")
 @click.option(
     "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw the macro rows here (PNG)."
@@ -158,6 +164,7 @@ def eval_compare(
     k: int,
     models: list[str],
     fmt: str,
+    macro_only: bool,
     out: Path | None,
     plot: Path | None,
     as_json: bool,
@@ -186,6 +193,9 @@ def eval_compare(
         comparison = compare_runs(results, k, models)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"the reports cannot be compared: {exc}") from exc
+    if macro_only:
+        macro = [r for r in comparison.rows if r.kind != "relation"]
+        comparison = dataclasses.replace(comparison, rows=macro)
     text = render_latex(comparison) if fmt == "latex" else render_comparison(comparison)
     if out is not None:
         _write(out, lambda path: path.write_text(text, encoding="utf-8"))

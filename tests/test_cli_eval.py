@@ -204,6 +204,8 @@ def test_eval_compare_puts_runs_side_by_side(built_index: Config, facts: list[Fa
     assert table_rows(knn.output, "Corpus")[2][3:] == [
         f"{100 * reports[n]['corpora'][0]['precision']['knn']['10']:.1f}" for n in ("with-ir", "no-ir")
     ]
+    macro = CliRunner().invoke(main, ["eval", "compare", *runs, "--macro-only"])
+    assert [row[:2] for row in table_rows(macro.output, "Corpus")] == [["**q**", "macro (2 rel.)"]]
     latex = CliRunner().invoke(main, ["eval", "compare", *runs, "--models", "knn", "--format", "latex"])
     assert r"\begin{tabular}{llrrr}" in latex.output and "q & born & 10 & " in latex.output
     as_json = CliRunner().invoke(
