@@ -5,51 +5,47 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from bertknn_search import session
+from bertknn_search.cli_eval_options import (
+    DATASET_FLAGS,
+    NumberList,
+    ablation_options,
+    dataset_options,
+    existing,
+    json_flag,
+    models_option,
+    relations_option,
+)
 from bertknn_search.cli_options import (
+    backend_options,
     cache_option,
     index_options,
-    json_option,
     method_options,
     model_options,
     no_progress_option,
-    stacked,
 )
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.metrics import KS
-
-DATASET_FLAGS = ("lama", "corpora", "lama_uhn", "relations", "popqa", "split", "questions", "per_relation")
-
-_path = click.Path(exists=True, path_type=Path)
-dataset_options = stacked(
-    click.option("--lama", type=_path, help="LAMA data folder (relations.jsonl, TREx/, Google_RE/, ...)."),
-    click.option("--corpora", help="Comma-separated LAMA corpora [default: all present]."),
-    click.option("--lama-uhn", type=_path, help="LAMA-UHN folder (TREx_UHN/); templates from --relations."),
-    click.option("--relations", type=_path, help="relations.jsonl for --lama-uhn [default: --lama's]."),
-    click.option("--popqa", type=_path, help="PopQA TSV (or the derived dev/test JSON)."),
-    click.option("--split", default="test", show_default=True, help="Split of a derived PopQA JSON."),
-    click.option("--questions", type=_path, help="JSONL of {question, answers, subject?, relation?}."),
-    click.option(
-        "--per-relation", type=click.IntRange(min=1), help="Use only the first N facts of each relation."
-    ),
-    click.option("--common-vocab", type=_path, help="LAMA common vocabulary: restricts answers and outputs."),
-)
 
 
 def _facts(flags: dict[str, Any]) -> list[Any]:
     """Read the datasets the flags name, taking their flags out of ``flags``."""
     from bertknn_search.eval.datasets import read_facts
+    from bertknn_search.eval.relations import parse_relations
 
     data = {name: flags.pop(name) for name in DATASET_FLAGS}
     if not any(data[name] for name in ("lama", "lama_uhn", "popqa", "questions")):
         raise click.UsageError("name a dataset: --lama, --lama-uhn, --popqa or --questions")
     corpora = data.pop("corpora")
+    data["relations"] = parse_relations(data["relations"])
     return read_facts(corpora=corpora.split(",") if corpora else None, **data)
 
 
@@ -79,7 +75,10 @@ def eval_group() -> None:
     help="Facts whose IR step finds no article: leave them out, or score them wrong (the reference's way).",
 )
 @no_progress_option
-@json_option
+@json_flag(
+    "the report as one object on one line (the numbers of results.json, what was read, scored and"
+    " skipped, and the report's files)"
+)
 @method_options
 @cache_option
 @model_options(new_index=False)
@@ -100,7 +99,7 @@ def eval_run(
     """
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
-    from bertknn_search.output import render_datastore, render_eval_counts
+    from bertknn_search.output import eval_json, render_datastore, render_eval_counts
     from bertknn_search.search import Searcher
 
     facts = _facts(flags)
@@ -121,7 +120,7 @@ def eval_run(
     finally:
         searcher.close()
     if as_json:
-        click.echo(result.report["json"].read_text(encoding="utf-8"))
+        click.echo(eval_json(result))
     else:
         click.echo(result.report["markdown"].read_text(encoding="utf-8"))
         cost = render_datastore(result.datastore)
@@ -141,19 +140,47 @@ def eval_run(
     "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
 )
 @click.option("-k", "k", type=click.Choice(KS), default=KS[0], show_default=True, help="Which P@k to show.")
+@models_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "latex"]),
+    default="markdown",
+    show_default=True,
+    help="Markdown, or a LaTeX tabular (booktabs) to paste into a paper.",
+)
+@click.option(
+    "--macro-only",
+    is_flag=True,
+    help="Only the macro averages: datasets by model, the layout of the paper's Table 1.",
+)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here.")
-def eval_compare(runs: tuple[Path, ...], k: int, out: Path | None) -> None:
-    """Put several 'eval run' reports in one table: the layer (10/11/12) and no-IR ablations.
+@click.option(
+    "--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw the macro rows here (PNG)."
+)
+@json_flag("the table as one object on one line (runs with their settings, and rows)")
+def eval_compare(
+    runs: tuple[Path, ...],
+    k: int,
+    models: list[str],
+    fmt: str,
+    macro_only: bool,
+    out: Path | None,
+    plot: Path | None,
+    as_json: bool,
+) -> None:
+    """Join 'eval run' reports in the table a paper shows: a row per relation, then the macro averages.
 
-    Build one index per layer ('ingest wiki --layer 10 --index idx-l10'), run 'eval run' on each (and once
-    with --no-ir), then compare the report folders.
+    Columns are runs x models; a first table lists each run's settings (model, layer, mask policy, store
+    dtype, IR, N, k, l, λ). Use it for the layer (10/11/12), no-IR and store ablations: build one index per
+    choice ('ingest wiki --layer 10 --index idx-l10'), run 'eval run' on each, then compare the folders.
 
     Example: bertknn-search eval compare eval-l10 eval-l11 eval-l12 eval-noir --out ablation.md
     """
-    from bertknn_search.eval.report import compare_runs
+    from bertknn_search.eval.compare import compare_runs, plot_comparison, render_comparison, render_latex
 
     names = [run.name for run in runs]
-    if len(set(names)) < len(names):  # a/run and b/run: the folder names alone would merge rows
+    if len(set(names)) < len(names):  # a/run and b/run: the folder names alone would merge columns
         names = [str(run) for run in runs]
     results = {}
     for name, run in zip(names, runs):
@@ -163,32 +190,27 @@ def eval_compare(runs: tuple[Path, ...], k: int, out: Path | None) -> None:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path} cannot be read ({exc}); is {run} an 'eval run' --out folder?") from exc
     try:
-        table = compare_runs(results, k)
+        comparison = compare_runs(results, k, models)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"the reports cannot be compared: {exc}") from exc
+    if macro_only:
+        macro = [r for r in comparison.rows if r.kind != "relation"]
+        comparison = dataclasses.replace(comparison, rows=macro)
+    text = render_latex(comparison) if fmt == "latex" else render_comparison(comparison)
     if out is not None:
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(table, encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot write {out}: {exc}") from exc
-    click.echo(table)
+        _write(out, lambda path: path.write_text(text, encoding="utf-8"))
+    if plot is not None:
+        _write(plot, lambda path: plot_comparison(comparison, path))
+    click.echo(json.dumps(comparison.as_dict(), ensure_ascii=False) if as_json else text)
 
 
-class NumberList(click.ParamType):
-    """Comma-separated numbers of one kind, e.g. ``1,2,3``."""
-
-    def __init__(self, kind: type) -> None:
-        self.kind = kind
-        self.name = f"{kind.__name__},..."
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, list):
-            return value
-        try:
-            return [self.kind(v) for v in str(value).split(",") if v.strip()]
-        except ValueError:
-            self.fail(f"expected comma-separated {self.kind.__name__}s, got {value!r}", param, ctx)
+def _write(path: Path, write: Callable[[Path], object]) -> None:
+    """Write a file with ``write``, creating its folder; a failure is one line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc}") from exc
 
 
 @eval_group.command("grid")
@@ -220,7 +242,7 @@ class NumberList(click.ParamType):
 )
 @cache_option
 @no_progress_option
-@json_option
+@json_flag("the result as one object on one line (best setting, its score, every setting's score)")
 @model_options(new_index=False)
 @index_options
 def eval_grid(
@@ -264,7 +286,7 @@ def eval_grid(
 @dataset_options
 @cache_option
 @no_progress_option
-@json_option
+@json_flag("the summary as one object on one line")
 @model_options(new_index=False)
 @index_options
 def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **flags: Any) -> None:
@@ -288,3 +310,125 @@ def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **fla
     finally:
         searcher.close()
     click.echo(to_json(summary) if as_json else render_warm(summary))
+
+
+@eval_group.command("corpus")
+@click.option("--lama", type=existing, help="LAMA data folder: its T-REx and Google-RE facts' sentences.")
+@click.option("--lama-uhn", type=existing, help="LAMA-UHN folder (TREx_UHN/): its facts' sentences.")
+@relations_option
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("corpus.jsonl"),
+    show_default=True,
+    help="The corpus, JSONL of {id, title, text}.",
+)
+@click.option(
+    "--per-relation",
+    type=click.IntRange(min=1),
+    help="Only the first N facts of each relation (those 'eval run --per-relation N' reads).",
+)
+@json_flag("the summary as one object on one line")
+def eval_corpus(
+    lama: Path | None,
+    lama_uhn: Path | None,
+    relations: str | None,
+    out: Path,
+    per_relation: int | None,
+    as_json: bool,
+) -> None:
+    """Write the Wikipedia sentences LAMA's facts came from as a corpus 'ingest wiki' reads.
+
+    One article per subject (a subject of several relations is one article), holding the evidence
+    sentences of its facts with the object filled in: T-REx and LAMA-UHN evidences, Google-RE's masked
+    sentences. Ingested, every fact's subject has its own article, as in the paper's setting.
+
+    Example: bertknn-search eval corpus --lama data/lama --relations P19,P103 --out corpus.jsonl
+    """
+    from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
+    from bertknn_search.eval.relations import parse_relations
+    from bertknn_search.output import render_corpus, to_json
+
+    files = evidence_files(lama, lama_uhn, parse_relations(relations))
+    summary = write_evidence_corpus(files, out, per_relation)
+    click.echo(to_json(summary) if as_json else render_corpus(summary))
+
+
+@eval_group.command("ablate")
+@dataset_options
+@ablation_options
+@click.option("--at", type=click.Choice(KS), default=KS[0], show_default=True, help="P@k in table and plot.")
+@models_option
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("eval-ablation"),
+    show_default=True,
+    help="A report folder per run, and ablation.md/.json/.png; a re-run resumes.",
+)
+@click.option("--no-resume", is_flag=True, help="Start every run over.")
+@click.option(
+    "--no-article",
+    type=click.Choice(["skip", "wrong"]),
+    default="skip",
+    show_default=True,
+    help="Facts whose IR step finds no article: leave them out, or score them wrong.",
+)
+@cache_option
+@no_progress_option
+@json_flag("one object on one line: the table (runs with their settings, rows), each run's counts and files")
+@model_options(new_index=False)
+@backend_options
+def eval_ablate(
+    indexes: tuple[Path, ...],
+    temperature: list[float] | None,
+    k: list[int] | None,
+    lam: list[float] | None,
+    n_articles: list[int] | None,
+    use_ir: list[bool] | None,
+    at: int,
+    models: list[str],
+    out: Path,
+    no_resume: bool,
+    no_article: str,
+    no_progress: bool,
+    as_json: bool,
+    common_vocab: Path | None,
+    **flags: Any,
+) -> None:
+    """Evaluate every combination of settings (l, k, λ, N, IR) on one or more indexes; one table and plot.
+
+    Query-time settings need no re-ingest: each list given is tried, in every combination. Store choices
+    (mask policy, store dtype, layer) are fixed when an index is built: build one index per choice and
+    give each with --index. Each run is a full 'eval run' report in OUT/<run>; OUT/ablation.md is the
+    'eval compare' table of them all (a row per relation, then the macro averages), ablation.png its plot.
+
+    Example: bertknn-search eval ablate --lama data/lama --relations P19 --index a --index b --ir on,off
+    """
+    from bertknn_search.eval.ablate import ablate, check_variants, variants
+    from bertknn_search.eval.compare import render_comparison
+    from bertknn_search.eval.datasets import read_common_vocab
+    from bertknn_search.output import ablation_json
+
+    facts = _facts(flags)
+    configs = [session.open_index({**flags, "index": index}).config for index in indexes or [None]]
+    values = {"temperature": temperature, "k": k, "lam": lam, "n_articles": n_articles, "use_ir": use_ir}
+    found = variants(configs, {name: v for name, v in values.items() if v is not None})
+    check_variants(found)
+    result = ablate(
+        facts,
+        found,
+        out,
+        at=at,
+        models=models,
+        common_vocab=read_common_vocab(common_vocab) if common_vocab else None,
+        resume=not no_resume,
+        no_article_wrong=no_article == "wrong",
+        progress=not (no_progress or as_json),
+    )
+    if as_json:
+        click.echo(ablation_json(result))
+    else:
+        click.echo(render_comparison(result.comparison))
+        files = ", ".join(map(str, result.files.values()))
+        click.echo(f"{len(result.runs)} runs in {out}; table and plot: {files}")

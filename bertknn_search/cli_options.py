@@ -27,12 +27,8 @@ def stacked(*options: Decorator) -> Decorator:
     return apply
 
 
-index_options = stacked(
-    click.option(
-        "--index",
-        type=click.Path(path_type=Path),
-        help="Embedded index directory [env BERTKNN_INDEX; default ./bertknn-index].",
-    ),
+# Where an index lives besides --index (split out so that a command may take several --index).
+backend_options = stacked(
     click.option(
         "--backend",
         type=click.Choice(BACKENDS),
@@ -55,6 +51,14 @@ index_options = stacked(
         help="Do not verify the OpenSearch TLS certificate [env OPENSEARCH_VERIFY=false].",
     ),
     click.option("--opensearch-prefix", help="Index name prefix in OpenSearch [default bertknn]."),
+)
+index_options = stacked(
+    click.option(
+        "--index",
+        type=click.Path(path_type=Path),
+        help="Embedded index directory [env BERTKNN_INDEX; default ./bertknn-index].",
+    ),
+    backend_options,
 )
 
 

@@ -191,3 +191,51 @@ def render_grid(result: Mapping[str, Any], out: Path) -> str:
         )
     lines.append(f"wrote {out}; use it with: bertknn-search query --settings {out}")
     return "\n".join(lines)
+
+
+def eval_json(result: Any) -> str:
+    """An evaluation as one JSON line: results.json's numbers, the counts and the report's files.
+
+    Args:
+        result: an ``eval.harness.EvalResult``.
+    """
+    payload = json.loads(result.report["json"].read_text(encoding="utf-8"))
+    payload["counts"] = {
+        "facts": result.facts,
+        "scored": result.scored,
+        "skipped": result.skipped,
+        "computed": result.computed,
+        "resumed": result.resumed,
+    }
+    files = {**result.report, "facts": result.checkpoint}
+    payload["files"] = {name: str(path) for name, path in files.items()}
+    return json.dumps(_jsonable(payload), ensure_ascii=False)
+
+
+def ablation_json(result: Any) -> str:
+    """An ablation as one JSON line: the joined table, and per run its counts and report folder.
+
+    Args:
+        result: an ``eval.ablate.AblationResult``.
+    """
+    runs = {
+        name: {"out": str(r.checkpoint.parent), "facts": r.facts, "scored": r.scored, "skipped": r.skipped}
+        for name, r in result.runs.items()
+    }
+    files = {name: str(path) for name, path in result.files.items()}
+    return json.dumps({**result.comparison.as_dict(), "counts": runs, "files": files}, ensure_ascii=False)
+
+
+def render_corpus(summary: Any) -> str:
+    """What ``eval corpus`` wrote, and the command that ingests it.
+
+    Args:
+        summary: an ``eval.evidence.CorpusSummary``.
+    """
+    s = summary
+    relations = ", ".join(s.relations)
+    return (
+        f"wrote {s.articles:,} articles ({s.sentences:,} evidence sentences of {s.facts:,} facts;"
+        f" relations {relations}) to {s.out}\n"
+        f"next: bertknn-search ingest wiki {s.out} --model MODEL --index INDEX"
+    )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertknn_search.errors import ConfigError, InputFormatError
 from bertknn_search.eval import popqa
+from bertknn_search.eval.relations import canonical_ids, unknown_relations
 
 MASK = "[MASK]"
 
@@ -107,7 +108,7 @@ def cloze(template: str, subject: str) -> str:
     return template.replace("[Y]", MASK).replace("[X]", subject)
 
 
-def _relation_files(folder: Path) -> list[Path]:
+def relation_files(folder: Path) -> list[Path]:
     """P*.jsonl sorted by property number (P19 before P101), as LAMA lists them."""
     files = [p for p in folder.glob("P*.jsonl") if re.fullmatch(r"P\d+", p.stem)]
     return sorted(files, key=lambda p: int(p.stem[1:]))
@@ -148,7 +149,11 @@ def _sentence_facts(path: Path, corpus: str) -> list[Fact]:
 
 
 def read_lama(
-    root: Path, corpora: Sequence[str] | None = None, *, google_re_judgments: bool = True
+    root: Path,
+    corpora: Sequence[str] | None = None,
+    *,
+    google_re_judgments: bool = True,
+    relations: Collection[str] | None = None,
 ) -> list[Fact]:
     """Read LAMA's data.zip layout under ``root``; absent sub-folders are skipped.
 
@@ -157,6 +162,8 @@ def read_lama(
             Squad/test.jsonl.
         corpora: subset of ``LAMA_CORPORA`` to read; None reads all that are present.
         google_re_judgments: apply LAMA's rater filter to Google-RE (its evaluation does).
+        relations: read only these relation ids (``lama_relations`` lists them); None reads all. Files
+            of other relations are not opened.
 
     Returns:
         Facts in the order Google-RE, T-REx, ConceptNet, SQuAD.
@@ -166,6 +173,36 @@ def read_lama(
         InputFormatError: none of the asked corpora is under ``root``, or a file is malformed.
     """
     root = Path(root)
+    present = _present_corpora(root, corpora)
+
+    def asked(relation: str) -> bool:
+        return relations is None or relation in relations
+
+    facts: list[Fact] = []
+    for corpus in present:
+        folder = root / LAMA_FOLDERS[corpus]
+        if corpus == "T-REx":
+            facts += _read_trex(folder, root / "relations.jsonl", corpus, relations)
+        elif corpus == "Google-RE":
+            for relation, template in GOOGLE_RE_TEMPLATES.items():
+                path = folder / f"{relation}_test.jsonl"
+                if not path.exists() or not asked(relation):
+                    continue
+                keep = {str(r.get("uuid")) for _, r in read_jsonl(path) if _google_re_positive(r)}
+                rows = _template_facts(path, corpus, relation, template)
+                facts += [f for f in rows if f.uuid in keep] if google_re_judgments else rows
+        elif (folder / "test.jsonl").exists() and asked(corpus):
+            facts += _sentence_facts(folder / "test.jsonl", corpus)
+    return facts
+
+
+def _present_corpora(root: Path, corpora: Sequence[str] | None) -> list[str]:
+    """The LAMA corpora asked for that have a folder under ``root``.
+
+    Raises:
+        ConfigError: an unknown corpus name.
+        InputFormatError: none of them is there.
+    """
     wanted = list(LAMA_CORPORA if corpora is None else corpora)
     unknown = [c for c in wanted if c not in LAMA_CORPORA]
     if unknown:
@@ -174,26 +211,46 @@ def read_lama(
     if not present:
         folders = ", ".join(LAMA_FOLDERS[c] + "/" for c in wanted)
         raise InputFormatError(f"no LAMA data under {root}: expected {folders} (LAMA's data.zip layout)")
-    facts: list[Fact] = []
-    for corpus in present:
+    return present
+
+
+def lama_relations(root: Path, corpora: Sequence[str] | None = None) -> list[str]:
+    """The relation ids a LAMA folder holds, from its file names alone (nothing is parsed).
+
+    T-REx relations by property id (``P19``), Google-RE by LAMA's names (``place_of_birth``); ConceptNet
+    and SQuAD are one relation each, named like the corpus.
+
+    Raises:
+        ConfigError, InputFormatError: as ``read_lama``.
+    """
+    root = Path(root)
+    ids: list[str] = []
+    for corpus in _present_corpora(root, corpora):
         folder = root / LAMA_FOLDERS[corpus]
         if corpus == "T-REx":
-            facts += _read_trex(folder, root / "relations.jsonl", corpus)
+            ids += [p.stem for p in relation_files(folder)]
         elif corpus == "Google-RE":
-            for relation, template in GOOGLE_RE_TEMPLATES.items():
-                path = folder / f"{relation}_test.jsonl"
-                if not path.exists():
-                    continue
-                keep = {str(r.get("uuid")) for _, r in read_jsonl(path) if _google_re_positive(r)}
-                rows = _template_facts(path, corpus, relation, template)
-                facts += [f for f in rows if f.uuid in keep] if google_re_judgments else rows
+            ids += [r for r in GOOGLE_RE_TEMPLATES if (folder / f"{r}_test.jsonl").exists()]
         elif (folder / "test.jsonl").exists():
-            facts += _sentence_facts(folder / "test.jsonl", corpus)
-    return facts
+            ids.append(corpus)
+    return ids
 
 
-def _read_trex(folder: Path, relations_path: Path, corpus: str) -> list[Fact]:
-    files = _relation_files(folder)
+def uhn_folder(root: Path) -> Path:
+    """LAMA-UHN's relation folder: ``root/TREx_UHN`` when there is one, else ``root`` itself."""
+    root = Path(root)
+    return root / "TREx_UHN" if (root / "TREx_UHN").is_dir() else root
+
+
+def lama_uhn_relations(root: Path) -> list[str]:
+    """The relation ids of a LAMA-UHN folder, from its file names."""
+    return [p.stem for p in relation_files(uhn_folder(root))]
+
+
+def _read_trex(
+    folder: Path, relations_path: Path, corpus: str, relations: Collection[str] | None = None
+) -> list[Fact]:
+    files = [p for p in relation_files(folder) if relations is None or p.stem in relations]
     if not files:
         return []
     if not relations_path.exists():
@@ -207,22 +264,21 @@ def _read_trex(folder: Path, relations_path: Path, corpus: str) -> list[Fact]:
     return facts
 
 
-def read_lama_uhn(root: Path, relations_path: Path) -> list[Fact]:
+def read_lama_uhn(root: Path, relations_path: Path, relations: Collection[str] | None = None) -> list[Fact]:
     """Read LAMA-UHN's ``TREx_UHN/P*.jsonl`` (LAMA's line format) with the templates of relations.jsonl.
 
     Args:
         root: folder holding ``TREx_UHN/`` (or that folder itself).
         relations_path: LAMA's relations.jsonl.
+        relations: read only these relation ids; None reads all.
 
     Raises:
         InputFormatError: no P*.jsonl files, a relation without template, a malformed line.
     """
     root = Path(root)
-    folder = root / "TREx_UHN" if (root / "TREx_UHN").is_dir() else root
-    facts = _read_trex(folder, Path(relations_path), "LAMA-UHN")
-    if not facts:
+    if not lama_uhn_relations(root):
         raise InputFormatError(f"no LAMA-UHN data under {root}: expected TREx_UHN/P*.jsonl")
-    return facts
+    return _read_trex(uhn_folder(root), Path(relations_path), "LAMA-UHN", relations)
 
 
 def read_common_vocab(path: Path) -> set[str]:
@@ -290,7 +346,8 @@ def read_facts(
     lama: Path | None = None,
     corpora: Sequence[str] | None = None,
     lama_uhn: Path | None = None,
-    relations: Path | None = None,
+    relations: Sequence[str] | None = None,
+    relations_file: Path | None = None,
     popqa: Path | None = None,
     split: str = "test",
     questions: Path | None = None,
@@ -300,26 +357,44 @@ def read_facts(
 
     Args:
         lama: LAMA's data folder; ``corpora`` picks some of its corpora (default: all present).
-        lama_uhn: LAMA-UHN's folder; its templates come from ``relations`` (default: ``lama``'s).
+        lama_uhn: LAMA-UHN's folder; its templates come from ``relations_file`` (default: ``lama``'s).
+        relations: keep only these relation ids (``P19``, ``place_of_birth``, ``SQuAD``, a PopQA or JSONL
+            relation), in every dataset named; matched without regard to case. None keeps all.
         popqa: the PopQA TSV or a derived JSON, of which ``split`` is read.
         questions: plain JSONL facts.
 
     Raises:
-        ConfigError: LAMA-UHN without templates.
+        ConfigError: LAMA-UHN without templates; a relation id that no dataset named holds (the message
+            lists the ones they hold).
         InputFormatError: a file that cannot be read as its layout.
     """
     facts: list[Fact] = []
+    known: list[str] = []  # relation ids of the datasets named, in their order
+    wanted = None if relations is None else canonical_ids(relations, [])
     if lama is not None:
-        facts += read_lama(lama, corpora)
+        known += lama_relations(lama, corpora)
+        wanted = None if relations is None else canonical_ids(relations, known)
+        facts += read_lama(lama, corpora, relations=wanted)
     if lama_uhn is not None:
-        templates = relations or (lama / "relations.jsonl" if lama else None)
+        templates = relations_file or (lama / "relations.jsonl" if lama else None)
         if templates is None:
-            raise ConfigError("--lama-uhn needs --relations (or --lama) for the cloze templates")
-        facts += read_lama_uhn(lama_uhn, templates)
+            raise ConfigError("--lama-uhn needs --relations-file (or --lama) for the cloze templates")
+        known += lama_uhn_relations(lama_uhn)
+        wanted = None if relations is None else canonical_ids(relations, known)
+        facts += read_lama_uhn(lama_uhn, templates, wanted)
+    others: list[Fact] = []
     if popqa is not None:
-        facts += read_popqa(popqa, split)
+        others += read_popqa(popqa, split)
     if questions is not None:
-        facts += read_questions_jsonl(questions)
+        others += read_questions_jsonl(questions)
+    known += [r for r in dict.fromkeys(f.relation for f in others) if r not in known]
+    if relations is not None:
+        wanted = canonical_ids(relations, known)
+        unknown = [r for r in relations if r.lower() not in {k.lower() for k in known}]
+        if unknown:
+            raise ConfigError(unknown_relations(unknown, known))
+        others = [f for f in others if f.relation in wanted]
+    facts += others
     if per_relation:
         seen: dict[tuple[str, str], int] = {}
         kept = []

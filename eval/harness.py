@@ -190,7 +190,10 @@ def evaluate(
         "articles": after.articles,
         "estimated_eager_contexts": after.estimated_contexts,
     }
-    meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong, "datastore": datastore}
+    m = after.meta
+    store = {"mask_policy": m.mask_policy, "store_dtype": m.store_dtype, "max_length": m.max_length}
+    meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong, "store": store}
+    meta["datastore"] = datastore
     report = write_report(scores, out_dir, meta)
     return EvalResult(scores, report, path, len(facts), len(todo), resumed, datastore)
 

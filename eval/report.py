@@ -51,11 +51,11 @@ def label(model: str) -> str:
     return LABELS.get(model, model)
 
 
-def _pct(value: float | None) -> str:
+def pct(value: float | None) -> str:
     return "–" if value is None or math.isnan(value) else f"{100 * value:.1f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 1) -> list[str]:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 1) -> list[str]:
     align = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
     return [f"| {' | '.join(header)} |", f"| {' | '.join(align)} |"] + [f"| {' | '.join(r)} |" for r in rows]
 
@@ -66,7 +66,7 @@ def _precision_rows(
     rows = []
     for s in scores:
         name = f"**{s.name}** ({s.corpus})" if bold else s.name
-        cells = [_pct(s.precision[m][k]) if s.precision else "–" for m in models]
+        cells = [pct(s.precision[m][k]) if s.precision else "–" for m in models]
         rows.append([name, str(s.relations), f"{s.scored}/{s.facts}", *cells])
     return rows
 
@@ -87,7 +87,7 @@ def render_markdown(result: MacroResult) -> str:
         rows = _precision_rows(result.corpora, models, k) + _precision_rows(
             result.aggregates, models, k, True
         )
-        lines += [*_table(header, rows), ""]
+        lines += [*table(header, rows), ""]
     lines += ["## Skipped facts", ""]
     # No-article facts have their own column, whether they were skipped or scored as wrong.
     reasons = sorted({r for s in result.relations for r in s.skipped} - {NO_ARTICLE})
@@ -103,7 +103,7 @@ def render_markdown(result: MacroResult) -> str:
         ]
         for s in result.relations
     ]
-    lines += [*_table(header, rows, 2), ""]
+    lines += [*table(header, rows, 2), ""]
     first = result.ks[0]
     lines += [f"## Per relation, P@{first}", ""]
     header = ["Corpus", "Relation", "Facts scored", *(label(m) for m in models)]
@@ -112,21 +112,21 @@ def render_markdown(result: MacroResult) -> str:
             s.corpus,
             s.name,
             f"{s.scored}/{s.facts}",
-            *(_pct(s.precision[m][first]) if s.precision else "–" for m in models),
+            *(pct(s.precision[m][first]) if s.precision else "–" for m in models),
         ]
         for s in result.relations
     ]
-    lines += [*_table(header, rows, 2), ""]
+    lines += [*table(header, rows, 2), ""]
     if result.popularity:
         lines += ["## P@1 by subject popularity", ""]
         lines += ["Buckets: the 10-bin histogram edges of log(popularity) (natural log), as in PopQA.", ""]
         header = ["log popularity", "Facts", *(label(m) for m in models)]
         rows = [
             [f"[{b.low:.2f}, {b.high:.2f}{']' if i == len(result.popularity) - 1 else ')'}", str(b.facts)]
-            + [_pct(b.precision.get(m)) for m in models]
+            + [pct(b.precision.get(m)) for m in models]
             for i, b in enumerate(result.popularity)
         ]
-        lines += [*_table(header, rows), ""]
+        lines += [*table(header, rows), ""]
     return "\n".join(lines)
 
 
@@ -174,38 +174,3 @@ def plot_popularity(buckets: Sequence[Bucket], path: Path) -> None:
     if models:
         ax.legend(fontsize=8)
     fig.savefig(path, dpi=120)
-
-
-def compare_runs(results: Mapping[str, Mapping[str, Any]], k: int = 1) -> str:
-    """One Markdown table of P@k across evaluation runs: the layer and no-IR ablations side by side.
-
-    Args:
-        results: run name -> the parsed ``results.json`` of that run.
-        k: which P@k to show.
-
-    Raises:
-        ValueError: a run did not compute P@k.
-    """
-    columns: list[str] = []  # corpora and aggregates, in order of first appearance
-    for payload in results.values():
-        if k not in payload["ks"]:
-            raise ValueError(f"a run has no P@{k} (it computed P@{payload['ks']})")
-        for score in payload["corpora"] + payload["aggregates"]:
-            if score["name"] not in columns:
-                columns.append(score["name"])
-    header = ["Run", "Layer", "IR", *(f"{c} {label(m)}" for c in columns for m in LABELS)]
-    rows = []
-    for name, payload in results.items():
-        meta = payload.get("meta", {})
-        scores = {s["name"]: s for s in payload["corpora"] + payload["aggregates"]}
-        cells = [
-            _pct(scores[c]["precision"].get(m, {}).get(str(k)))
-            if c in scores and scores[c]["precision"]
-            else "–"
-            for c in columns
-            for m in LABELS
-        ]
-        use_ir = meta.get("settings", {}).get("use_ir")
-        rows.append([name, str(meta.get("layer", "?")), {True: "yes", False: "no"}.get(use_ir, "?"), *cells])
-    lines = [f"# BERT-kNN runs compared: mean P@{k} in %", "", *_table(header, rows, 3), ""]
-    return "\n".join(lines)

@@ -149,6 +149,18 @@ def test_eval_needs_a_dataset(built_index: Config) -> None:
     assert r.exit_code == 2 and "name a dataset" in r.output
 
 
+def table_rows(text: str, first: str) -> list[list[str]]:
+    """The cells of the Markdown table whose header starts with ``first`` (header and rule left out)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
 def test_eval_compare_puts_runs_side_by_side(built_index: Config, facts: list[Fact], tmp_path: Path) -> None:
     questions = tmp_path / "q.jsonl"
     write_questions(questions, facts)
@@ -157,27 +169,65 @@ def test_eval_compare_puts_runs_side_by_side(built_index: Config, facts: list[Fa
         r = CliRunner().invoke(main, [*base, "--temperature", "1", "--out", str(tmp_path / name), *extra])
         assert r.exit_code == 0, r.output
     table = tmp_path / "ablation.md"
-    r = CliRunner().invoke(
-        main, ["eval", "compare", str(tmp_path / "with-ir"), str(tmp_path / "no-ir"), "--out", str(table)]
-    )
+    runs = [str(tmp_path / "with-ir"), str(tmp_path / "no-ir")]
+    r = CliRunner().invoke(main, ["eval", "compare", *runs, "--out", str(table)])
     assert r.exit_code == 0, r.output
     assert r.output.startswith(table.read_text())
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in r.output.splitlines()[4:] if line}
-    assert set(rows) == {"with-ir", "no-ir"}
-    assert rows["with-ir"][1:3] == ["11", "yes"] and rows["no-ir"][1:3] == ["11", "no"]
+    settings = {row[0]: row[1:] for row in table_rows(r.output, "Run")}
+    model = Path(built_index.model).name
+    assert settings == {
+        "with-ir": [model, "11", "single-wordpiece", "float16", "yes", "3", "128", "1", "0.3", "20"],
+        "no-ir": [model, "11", "single-wordpiece", "float16", "no", "3", "128", "1", "0.3", "20"],
+    }
+    # A row per relation, then the macro average; columns run x model.
+    rows = table_rows(r.output, "Corpus")
+    assert [row[:3] for row in rows] == [
+        ["q", "born", "10"],
+        ["q", "job", "10"],
+        ["**q**", "macro (2 rel.)", "20"],
+    ]
+    header = next(line for line in r.output.splitlines() if line.startswith("| Corpus |"))
+    assert header.endswith(
+        "| with-ir BERT | with-ir kNN | with-ir BERT-kNN | no-ir BERT | no-ir kNN | no-ir BERT-kNN |"
+    )
     reports = {n: json.loads((tmp_path / n / "results.json").read_text()) for n in ("with-ir", "no-ir")}
-    for name, cells in rows.items():
+    expected = []
+    for name in ("with-ir", "no-ir"):
         corpus = reports[name]["corpora"][0]
-        expected = [f"{100 * corpus['precision'][m]['1']:.1f}" for m in ("bert", "knn", "bert_knn")]
-        assert [c.strip(" |") for c in cells[3:6]] == expected
+        expected += [f"{100 * corpus['precision'][m]['1']:.1f}" for m in ("bert", "knn", "bert_knn")]
+    assert rows[2][3:] == expected
+    relation = {s["name"]: s for s in reports["no-ir"]["relations"]}["born"]
+    assert rows[0][6:9] == [f"{100 * relation['precision'][m]['1']:.1f}" for m in ("bert", "knn", "bert_knn")]
 
-    # Two folders of the same name stay two rows, named by their paths.
+    # One model: a column per run; LaTeX for the paper; the same numbers as JSON on one line.
+    knn = CliRunner().invoke(main, ["eval", "compare", *runs, "--models", "knn", "-k", "10"])
+    assert table_rows(knn.output, "Corpus")[2][3:] == [
+        f"{100 * reports[n]['corpora'][0]['precision']['knn']['10']:.1f}" for n in ("with-ir", "no-ir")
+    ]
+    macro = CliRunner().invoke(main, ["eval", "compare", *runs, "--macro-only"])
+    assert [row[:2] for row in table_rows(macro.output, "Corpus")] == [["**q**", "macro (2 rel.)"]]
+    latex = CliRunner().invoke(main, ["eval", "compare", *runs, "--models", "knn", "--format", "latex"])
+    assert r"\begin{tabular}{llrrr}" in latex.output and "q & born & 10 & " in latex.output
+    as_json = CliRunner().invoke(
+        main, ["eval", "compare", *runs, "--json", "--plot", str(tmp_path / "c.png")]
+    )
+    assert len(as_json.output.splitlines()) == 1
+    doc = json.loads(as_json.output)
+    assert [run["name"] for run in doc["runs"]] == ["with-ir", "no-ir"]
+    assert (
+        doc["rows"][2]["precision"]["no-ir"]["knn"] == reports["no-ir"]["corpora"][0]["precision"]["knn"]["1"]
+    )
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+
+    # Two folders of the same name stay two runs, named by their paths.
     (tmp_path / "a").mkdir()
     (tmp_path / "with-ir").rename(tmp_path / "a" / "no-ir")
     r = CliRunner().invoke(main, ["eval", "compare", str(tmp_path / "a" / "no-ir"), str(tmp_path / "no-ir")])
     assert r.exit_code == 0, r.output
-    assert len([line for line in r.output.splitlines()[4:] if line]) == 2
-    assert str(tmp_path / "a" / "no-ir") in r.output
+    assert [row[0] for row in table_rows(r.output, "Run")] == [
+        str(tmp_path / "a" / "no-ir"),
+        str(tmp_path / "no-ir"),
+    ]
 
 
 def test_eval_compare_rejects_a_folder_without_a_report(tmp_path: Path) -> None:
@@ -217,3 +267,32 @@ def test_eval_grid_tries_the_small_temperatures_small_models_need(
     assert r.exit_code == 0, r.output
     temperatures = [row["temperature"] for row in json.loads(r.output)["grid"]]
     assert 1.0 in temperatures and 6.0 in temperatures
+
+
+def test_relations_select_by_id_in_every_eval_command(
+    built_index: Config, facts: list[Fact], tmp_path: Path
+) -> None:
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions, facts)
+    asked = ["--questions", str(questions), "--index", str(built_index.index), "--no-progress"]
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["eval", "run", *asked, "--relations", "born", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(line) for line in (out / "facts.jsonl").read_text().splitlines()]
+    assert {line["relation"] for line in lines} == {"born"} and len(lines) == len(facts)
+    grid = [*asked, "--grid-n", "1", "--grid-k", "8", "--grid-lambda", "0.3", "--grid-temperature", "1"]
+    grid += ["--out", str(tmp_path / "s.json")]
+    r = CliRunner().invoke(main, ["eval", "grid", *grid, "--relations", "JOB"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "s.grid.json").read_text())["read"] == len(facts)
+    r = CliRunner().invoke(main, ["eval", "warm", *asked, "--relations", "born", "--json"])
+    assert r.exit_code == 0, r.output
+    for command in (["run", "--out", str(tmp_path / "x")], ["grid", "--out", str(tmp_path / "y")], ["warm"]):
+        bad = CliRunner().invoke(main, ["eval", command[0], *asked, *command[1:], "--relations", "born,P19"])
+        assert bad.exit_code == 1
+        assert bad.output == "Error: unknown relation P19; the data named holds: born, job\n"
+    # --relations used to name the templates file: the error points to its new name.
+    templates = tmp_path / "relations.jsonl"
+    templates.write_text('{"relation": "P19", "template": "[X] was born in [Y] ."}\n')
+    old = CliRunner().invoke(main, ["eval", "run", *asked, "--relations", str(templates)])
+    assert old.exit_code == 1 and old.output.endswith("goes to --relations-file)\n")

@@ -13,12 +13,15 @@ from bertknn_search.errors import ConfigError, InputFormatError
 from bertknn_search.eval import popqa
 from bertknn_search.eval.datasets import (
     Fact,
+    lama_relations,
     read_common_vocab,
+    read_facts,
     read_lama,
     read_lama_uhn,
     read_popqa,
     read_questions_jsonl,
 )
+from bertknn_search.eval.relations import parse_relations
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -197,6 +200,55 @@ def test_read_lama_uhn(lama_root: Path, tmp_path: Path):
     assert read_lama_uhn(uhn / "TREx_UHN", lama_root / "relations.jsonl") == expected
     with pytest.raises(InputFormatError, match=r"^no LAMA-UHN data under .*: expected TREx_UHN/P\*.jsonl$"):
         read_lama_uhn(tmp_path / "nothing", lama_root / "relations.jsonl")
+
+
+def test_relations_select_by_id_across_corpora(lama_root: Path, tmp_path: Path):
+    assert lama_relations(lama_root) == [
+        "date_of_birth",
+        "place_of_birth",
+        "P19",
+        "P101",
+        "ConceptNet",
+        "SQuAD",
+    ]
+    picked = read_facts(lama=lama_root, relations=["P19", "place_of_birth", "squad"])
+    assert picked == [f for f in EXPECTED_LAMA if f.relation in ("P19", "place_of_birth", "SQuAD")]
+    # Ids are matched without regard to case, and a relation file not asked for is never opened.
+    (lama_root / "TREx" / "P101.jsonl").write_bytes(b"\xff not json\n")
+    assert read_facts(lama=lama_root, relations=["p19"]) == [f for f in EXPECTED_LAMA if f.relation == "P19"]
+    uhn = tmp_path / "uhn"
+    write_jsonl(uhn / "TREx_UHN" / "P19.jsonl", [trex_line("t2", "Zorblat", "Quenton", "P19")])
+    write_jsonl(uhn / "TREx_UHN" / "P101.jsonl", [trex_line("t3", "Ada Lovelace", "mathematics", "P101")])
+    both = read_facts(lama=lama_root, lama_uhn=uhn, relations=["P19"])
+    assert [(f.corpus, f.uuid) for f in both] == [("T-REx", "t1"), ("T-REx", "t2"), ("LAMA-UHN", "t2")]
+    only_uhn = read_facts(lama_uhn=uhn, relations_file=lama_root / "relations.jsonl", relations=["P101"])
+    assert [(f.corpus, f.uuid) for f in only_uhn] == [("LAMA-UHN", "t3")]
+
+
+def test_relations_filter_questions_and_popqa_by_their_relation(tmp_path: Path):
+    path = write_jsonl(
+        tmp_path / "q.jsonl",
+        [
+            {"question": "A was born in [MASK].", "answers": ["x"], "relation": "born"},
+            {"question": "A worked as a [MASK].", "answers": ["y"], "relation": "job"},
+        ],
+    )
+    assert [f.relation for f in read_facts(questions=path, relations=["job"])] == ["job"]
+
+
+def test_unknown_relations_are_one_line_listing_the_known_ones(lama_root: Path):
+    with pytest.raises(ConfigError) as err:
+        read_facts(lama=lama_root, corpora=["T-REx"], relations=["P19", "P999", "P1000"])
+    assert str(err.value) == "unknown relations P999, P1000; the data named holds: P19, P101"
+    # The old meaning of --relations (the templates file) is pointed to its new name.
+    with pytest.raises(
+        ConfigError, match=r"^unknown relation .*relations.jsonl; .*goes to --relations-file\)$"
+    ):
+        read_facts(lama=lama_root, relations=[str(lama_root / "relations.jsonl")])
+    with pytest.raises(ConfigError, match="names no relation"):
+        parse_relations(" , ")
+    assert parse_relations("P19, P103,P19") == ["P19", "P103"]
+    assert parse_relations(None) is None
 
 
 def test_read_common_vocab(tmp_path: Path):
