@@ -42,7 +42,7 @@ from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import BIGRAM_JOIN, bigrams, document_text, query_terms, tokenize
 
 DB_NAME = sqlite_file.DB_NAME
-SCHEMA_VERSION = "3"  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts
+SCHEMA_VERSION = "4"  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts; 4: precision
 UNIGRAMS, BIGRAMS = 0, 1
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
@@ -593,6 +593,7 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
             store_dtype=rows["store_dtype"],
             max_length=int(rows["max_length"]),
             contexts=rows["contexts"],
+            precision=rows["precision"],
         )
     except sqlite3.Error as exc:
         raise sqlite_file.read_error(path, exc) from exc
