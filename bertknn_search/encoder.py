@@ -551,17 +551,28 @@ def _shallow(module: Any) -> Any:
 
 
 def _quantize_blocks(base: Any) -> None:
-    """Quantize the Linear layers of ``base``'s blocks to int8 in place (weights per tensor, activations
-    per batch); embeddings, layer norms and the MLM head stay fp32."""
+    """Quantize ``base``'s blocks to int8 in place: dynamic activations, a scale per output channel.
+
+    The FFN's down-projection (the Linear whose input is wider than its output) stays fp32: its input,
+    the GELU output, holds the outlier values of trained BERT, and one scale per batch for them moved
+    trained MiniLM's keys to cosine 0.90 with fp32; without it 0.99. Embeddings, layer norms and the MLM
+    head stay fp32 as well.
+    """
     import torch
     from torch import nn
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    encoder = next(m for name, m in base.named_children() if name not in ("embeddings", "pooler"))
+    blocks = next(m for name, m in base.named_children() if name not in ("embeddings", "pooler"))
+    spec = {
+        name: per_channel_dynamic_qconfig
+        for name, m in blocks.named_modules()
+        if isinstance(m, nn.Linear) and m.in_features <= m.out_features
+    }
     with warnings.catch_warnings():
         # torch marks torch.ao.quantization deprecated in favour of torchao, whose CPU int8 kernels are
         # not faster; the call still works, and its notice is noise to a user.
         warnings.simplefilter("ignore")
-        torch.ao.quantization.quantize_dynamic(encoder, {nn.Linear}, dtype=torch.qint8, inplace=True)
+        quantize_dynamic(blocks, spec, dtype=torch.qint8, inplace=True)
 
 
 def _collect(host: Any, done: Any) -> np.ndarray:
