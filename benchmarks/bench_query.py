@@ -10,6 +10,11 @@ encoder = ``encode`` (the full MLM: the query state and p_BERT), kNN = ``neighbo
 articles' blocks and exact search), interpolation = ``knn_probs`` + ``interpolate`` + ``rank``.
 "total" is ``Searcher.answer`` end to end, evidence included.
 
+Before and after (``--variants``, at ``--articles``): the encoder stage with the model's own forward
+(MLM logits at every position: the path before the head moved to the mask rows), with the head at the
+mask rows only (now), and the same in int8 (``--precision int8``, CPU). The variants are timed question
+by question in turn, so that a machine shared with other work slows them alike.
+
 Two kinds of question: "subject" (a KB fact whose subject is an article title, so IR returns that one
 article, as for LAMA) and "free" (no subject: BM25 over the question's words returns 3 articles).
 
@@ -20,16 +25,19 @@ else (sentences, rows, SQLite store, BM25 postings) is the real ingest path. ``-
 ``ingest()`` itself (use it on a GPU).
 
     python benchmarks/bench_query.py --model-size base
+    python benchmarks/bench_query.py --model-size base --sizes 1000 --questions 100
     python benchmarks/bench_query.py --device cuda --keys encoder --model-size base
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sqlite3
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +170,39 @@ def stage_times(searcher: Searcher, question: Question) -> dict[str, float]:
     return {"ir": t1 - t0, "encoder": t2 - t1, "knn": t3 - t2, "interpolation": t4 - t3}
 
 
+@contextlib.contextmanager
+def full_forward(searcher: Searcher) -> Iterator[None]:
+    """Run the encoder stage as before: the model's own forward, logits at every position."""
+    encoder = searcher.encoder
+    encoder._states_and_logits = encoder._full_states_and_logits  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del encoder._states_and_logits
+
+
+def compare_variants(variants: dict[str, tuple[Searcher, bool]], questions: list[Question]) -> dict[str, Any]:
+    """p50/p95 per stage and end to end for each variant, the variants taking turns question by question.
+
+    Args:
+        variants: name -> (searcher, whether to run the encoder stage through the full forward).
+    """
+    for searcher, full in variants.values():
+        with full_forward(searcher) if full else contextlib.nullcontext():
+            for q in questions[:3]:
+                searcher.answer(q)  # warm-up
+    per: dict[str, dict[str, list[float]]] = {v: {s: [] for s in (*STAGES, "total")} for v in variants}
+    for q in questions:
+        for name, (searcher, full) in variants.items():
+            with full_forward(searcher) if full else contextlib.nullcontext():
+                for stage, seconds in stage_times(searcher, q).items():
+                    per[name][stage].append(seconds)
+                started = time.perf_counter()
+                searcher.answer(q)
+                per[name]["total"].append(time.perf_counter() - started)
+    return {name: {stage: percentiles(v) for stage, v in times.items()} for name, times in per.items()}
+
+
 def single_latency(searcher: Searcher, questions: list[Question], with_total: bool) -> dict[str, Any]:
     """p50/p95 per stage over ``questions``, one at a time; with ``with_total``, ``answer`` end to end."""
     for q in questions[:3]:
@@ -244,6 +285,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             index=Path(tmp) / "index",
             batch_size=256,
             store_dtype=args.store_dtype,
+            contexts="eager",  # keys are stored at add time, as the latency being measured assumes
         )
         built = 0
         for size in sizes:
@@ -262,6 +304,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 scale_n = len(pairs) if headline else min(len(pairs), args.scale_questions)
                 for kind in ("subject", "free"):
                     row[kind] = single_latency(searcher, as_questions(pairs[:scale_n], kind), headline)
+                if headline and args.variants:
+                    # int8 runs on a CPU only
+                    others = [Searcher.open(config.replace(precision="int8"))] if args.device == "cpu" else []
+                    try:
+                        variants = {
+                            f"before: full forward, {searcher.encoder.precision}": (searcher, True),
+                            f"after: head at the mask, {searcher.encoder.precision}": (searcher, False),
+                            **{f"after, {o.encoder.precision}": (o, False) for o in others},
+                        }
+                        row["query_path"] = {
+                            kind: compare_variants(variants, as_questions(pairs, kind))
+                            for kind in ("subject", "free")
+                        }
+                    finally:
+                        for other in others:
+                            other.close()
                 if headline:
                     results["batch"] = {
                         kind: batch_throughput(searcher, as_questions(pairs, kind), args.batch)
@@ -298,6 +356,14 @@ def report(r: dict[str, Any]) -> str:
             f"  {kind:<7}: " + ", ".join(cells) + f"; total {total['p50_ms']:.1f}/{total['p95_ms']:.1f}"
             f"  ({PAPER_QUERY_S * 1000 / total['p50_ms']:.0f}x under the paper's 2 s)"
         )
+    for kind, by_variant in head.get("query_path", {}).items():
+        lines.append(f" {kind}, variants in turn, ms p50 / p95:")
+        for name, v in by_variant.items():
+            cells = [f"{s} {v[s]['p50_ms']:.1f}/{v[s]['p95_ms']:.1f}" for s in STAGES]
+            lines.append(
+                f"  {name:<30}: " + ", ".join(cells) + f"; total {v['total']['p50_ms']:.1f}/"
+                f"{v['total']['p95_ms']:.1f}"
+            )
     for kind, b in r["batch"].items():
         split = ", ".join(f"{s} {b[f'{s}_ms_per_question']:.1f}" for s in STAGES)
         lines.append(
@@ -328,6 +394,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--scale-questions", type=int, default=60, help="questions per kind at other sizes")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument(
+        "--no-variants", dest="variants", action="store_false", help="skip the before/after/int8 comparison"
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="where the index is built (default: $TMPDIR)")
     run_benchmark(parser, run, report)
 

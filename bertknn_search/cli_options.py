@@ -8,7 +8,7 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
-from bertknn_search.config import BACKENDS, CONTEXT_MODES, DISTANCES, MASK_POLICIES, STORE_DTYPES
+from bertknn_search.config import BACKENDS, CONTEXT_MODES, DISTANCES, MASK_POLICIES, PRECISIONS, STORE_DTYPES
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -72,6 +72,7 @@ def model_options(new_index: bool) -> Decorator:
         "the index's; bert-base-uncased for a new index" if new_index else "the index's (another is an error)"
     )
     layer_default = "the index's; 11 for a new index" if new_index else "the index's (another is an error)"
+    precision_default = "the index's; auto for a new index" if new_index else "the index's"
     return stacked(
         click.option(
             "--model",
@@ -90,6 +91,12 @@ def model_options(new_index: bool) -> Decorator:
             "--batch-size",
             type=click.IntRange(min=1),
             help="Masked sentences per forward pass [default 128 on a CPU, 1024 on a GPU].",
+        ),
+        click.option(
+            "--precision",
+            type=click.Choice(PRECISIONS),
+            help="Encoder arithmetic; an index keeps the one its contexts were encoded in [default"
+            f" {precision_default}: bf16 on a GPU or a CPU with AVX512-BF16/AMX, else fp32; int8: CPU only].",
         ),
     )
 

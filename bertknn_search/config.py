@@ -17,6 +17,9 @@ STORE_DTYPES = ("float16", "int8")
 DISTANCES = ("squared-l2", "l2")
 BACKENDS = ("embedded", "opensearch")
 CONTEXT_MODES = ("eager", "lazy")
+# The encoder's arithmetic; "auto" picks per machine (encoder.choose_precision) and an index records
+# the one its contexts were encoded in.
+PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # Masked sentences (or questions) per forward pass: a GPU needs big batches to be busy, a CPU does not.
 CPU_BATCH = 128
 GPU_BATCH = 1024
@@ -59,6 +62,7 @@ class Config:
 
     # How the work runs.
     device: str = "auto"
+    precision: str = "auto"
     batch_size: int | None = None  # None: CPU_BATCH on a CPU, GPU_BATCH on a GPU (see batch_for)
     top: int = 10
 
@@ -85,6 +89,7 @@ class Config:
             (self.mask_policy in MASK_POLICIES, f"mask policy must be one of {MASK_POLICIES}"),
             (self.store_dtype in STORE_DTYPES, f"store dtype must be one of {STORE_DTYPES}"),
             (self.contexts in CONTEXT_MODES, f"--contexts must be one of {CONTEXT_MODES}"),
+            (self.precision in PRECISIONS, f"--precision must be one of {PRECISIONS}"),
             (
                 self.cache_size is None or self.cache_size > 0,
                 f"--cache-size must be > 0 bytes, got {self.cache_size}",

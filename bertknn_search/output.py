@@ -89,6 +89,7 @@ def render_stats(stats: IndexStats) -> str:
         ("vocab size", f"{m.vocab_size:,}"),
         ("mask policy", m.mask_policy),
         ("store dtype", m.store_dtype),
+        ("precision", m.precision),
         ("max length", max_length),
         ("bytes on disk", f"{stats.bytes_on_disk:,} ({human_bytes(stats.bytes_on_disk)})"),
     ]

@@ -70,6 +70,7 @@ class IndexMeta:
     store_dtype: str = "float16"
     max_length: int = 512  # the model input limit the contexts were windowed to
     contexts: str = "eager"  # "lazy": contexts are encoded the first time a query needs an article
+    precision: str = "fp32"  # what the contexts are encoded in (fp32, bf16, int8); never mixed in one index
 
 
 @dataclass(frozen=True)

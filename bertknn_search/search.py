@@ -72,7 +72,9 @@ class Searcher:
         """Open the index and load the model that ``config`` names."""
         backend = open_backend(config)
         try:
-            encoder = Encoder(config.model, config.layer, config.device, config.max_length)
+            # A query is encoded as the index's contexts were, so that its state compares with theirs.
+            precision = backend.meta().precision if config.precision == "auto" else config.precision
+            encoder = Encoder(config.model, config.layer, config.device, config.max_length, precision)
             return cls(config, searchable(backend, encoder, config), encoder)
         except BaseException:
             backend.close()

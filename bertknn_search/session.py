@@ -17,7 +17,7 @@ from bertknn_search.errors import IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import IndexStats
 
 # What an index fixes once it is built; later commands take these from it.
-ADOPTED = ("model", "layer", "mask_policy", "store_dtype", "max_length", "contexts")
+ADOPTED = ("model", "layer", "mask_policy", "store_dtype", "max_length", "contexts", "precision")
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,9 @@ def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
         capped = Encoder(meta.model, meta.layer, "cpu", config.max_length).max_length
         config = config.replace(max_length=capped)
     for name in ADOPTED:
-        if resolved.given(name) and getattr(config, name) != getattr(meta, name):
+        # --precision auto means "whatever the index holds", so only a named precision can disagree.
+        asked = getattr(config, name)
+        if resolved.given(name) and asked != getattr(meta, name) and asked != "auto":
             origin = resolved.origins[name]
             fix = f"drop {origin}" if origin.startswith("-") else f"unset {origin}"
             raise IndexMismatchError(

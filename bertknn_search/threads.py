@@ -57,3 +57,19 @@ def size_torch_threads() -> int:
         if cores < torch.get_num_threads():
             torch.set_num_threads(cores)
     return torch.get_num_threads()
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags as Linux names them (``avx2``, ``avx512_bf16``, ``amx_bf16`` ...).
+
+    Empty where ``cpuinfo`` cannot be read (not Linux): callers then assume none, which only costs speed.
+    """
+    try:
+        with cpuinfo.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -57,6 +58,7 @@ def index_meta(config: Config, encoder: Encoder) -> IndexMeta:
         config.store_dtype,
         encoder.max_length,
         config.contexts,
+        encoder.precision,
     )
 
 
@@ -93,8 +95,13 @@ def ingest(
     started = time.perf_counter()
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     try:
-        encoder = encoder or Encoder(config.model, config.layer, config.device, config.max_length)
+        precision = config.precision
+        if precision == "auto" and backend is not None:
+            precision = backend.meta().precision  # contexts of one index are never mixed
+        encoder = encoder or Encoder(config.model, config.layer, config.device, config.max_length, precision)
         device = encoder.placement.device  # a bad --device fails here, before an index is created
+        if progress:
+            print(encoder.placement.describe(), file=sys.stderr)
         # The limit actually used (capped at the model's): fingerprints and the index meta record this one.
         config = config.replace(max_length=encoder.max_length)
         meta = index_meta(config, encoder)

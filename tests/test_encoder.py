@@ -125,3 +125,101 @@ def test_questions_that_are_not_text(encoder: Encoder, question: str, message: s
     with pytest.raises(QuestionError) as err:
         encoder.prepare(question)
     assert str(err.value) == f"the question is not valid text: {message}"
+
+
+# -- the query path: the MLM head at the mask only, one copy of the weights ----------------------------
+QUESTIONS = [
+    "zorblat was born in [MASK] .",
+    "[MASK] knew zorblat as a famous painter in the north .",
+    "the [MASK] is near the river north of quenton .",
+]
+
+
+@pytest.fixture(scope="module")
+def base_shaped(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BERT-base widths (768 hidden, 12 heads, 3,072 FFN, 30,522 words) with 3 blocks, random weights."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    out = tmp_path_factory.mktemp("base-shaped")
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (tiny_model / name).exists():
+            shutil.copy(tiny_model / name, out / name)
+    torch.manual_seed(1)
+    config = BertConfig(vocab_size=30522, num_hidden_layers=3, max_position_embeddings=64)
+    BertForMaskedLM(config).eval().save_pretrained(out)
+    return out
+
+
+def _full_model_query(encoder: Encoder, questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The path before the head moved to the mask rows: the model's own forward, logits everywhere."""
+    import torch
+
+    rows = [encoder.prepare(q) for q in questions]
+    positions = torch.as_tensor([r.index(encoder.tokenizer.mask_token_id) for r in rows])
+    ids, attention = encoder._pad(rows)
+    with torch.inference_mode():
+        out = encoder.mlm(input_ids=ids, attention_mask=attention, output_hidden_states=True)
+        at = (torch.arange(len(rows)), positions)
+        return out.hidden_states[encoder.layer][at].numpy(), torch.softmax(out.logits[at], -1).numpy()
+
+
+@pytest.mark.parametrize(("which", "layer"), [("tiny", 11), ("tiny", 12), ("base", 2), ("base", 3)])
+def test_query_equals_the_full_model_forward(
+    which: str, layer: int, tiny_model: Path, base_shaped: Path
+) -> None:
+    path = tiny_model if which == "tiny" else base_shaped
+    encoder = Encoder(str(path), layer=layer, device="cpu", max_length=64)
+    states, p_bert = encoder.query(QUESTIONS)
+    want_states, want_p = _full_model_query(encoder, QUESTIONS)
+    np.testing.assert_allclose(states, want_states, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(p_bert, want_p, rtol=1e-4, atol=1e-8)
+    assert (p_bert.argmax(1) == want_p.argmax(1)).all()
+
+
+def test_the_mlm_head_sees_only_the_mask_rows(encoder: Encoder) -> None:
+    seen: list[tuple[int, ...]] = []
+    hook = encoder.mlm.cls.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        encoder.query(QUESTIONS)
+    finally:
+        hook.remove()
+    assert seen == [(len(QUESTIONS), encoder.dim)]
+
+
+def test_the_trunk_shares_the_mlm_weights(tiny_model: Path) -> None:
+    encoder = Encoder(str(tiny_model), layer=5, device="cpu", max_length=64)
+    encoder.query(QUESTIONS[:1])  # the mlm is loaded first, as in a lazy index's first question
+    mlm_tensors = {p.data_ptr() for p in encoder.mlm.parameters()}
+    trunk = encoder.trunk
+    assert {p.data_ptr() for p in trunk.parameters()} <= mlm_tensors
+    assert len(trunk.encoder.layer) == 5
+    assert len(encoder.mlm.base_model.encoder.layer) == 12  # the view left the model whole
+
+
+def test_keys_are_the_same_from_the_view_and_from_a_model_cut_short(tiny_model: Path) -> None:
+    encoder = Encoder(str(tiny_model), layer=7, device="cpu", max_length=64)
+    rows = [encoder.prepare(q) for q in QUESTIONS]
+    positions = [r.index(encoder.tokenizer.mask_token_id) for r in rows]
+    viewed = encoder.key_states(rows, positions)
+    alone = Encoder(str(tiny_model), layer=7, device="cpu", max_length=64)
+    alone.__dict__["trunk"] = alone._load(num_hidden_layers=7).base_model  # the old, separate load
+    np.testing.assert_array_equal(viewed, alone.key_states(rows, positions))
+    states, _ = encoder.query(QUESTIONS)
+    np.testing.assert_allclose(viewed.astype(np.float32), states, atol=2e-3, rtol=2e-3)
+
+
+def test_a_model_without_a_block_list_has_no_view(encoder: Encoder) -> None:
+    from torch import nn
+
+    from bertknn_search.encoder import first_blocks
+
+    class Flat(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = encoder.model_config
+            self.proj = nn.Linear(2, 2)
+
+    assert first_blocks(Flat(), 3) is None

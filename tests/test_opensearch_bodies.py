@@ -34,6 +34,7 @@ META_DOC = {
     "store_dtype": "float16",
     "max_length": 512,
     "contexts": "eager",
+    "precision": "fp32",
 }
 NAMES = {"articles": "bk-articles", "contexts": "bk-contexts"}
 

@@ -130,7 +130,8 @@ def extrapolate(contexts: int, chars: float, encoded_chars: float, meta: IndexMe
 
 def check_meta(found: IndexMeta, wanted: IndexMeta, where: str) -> None:
     """Raise IndexMismatchError when an index was built with other encoding settings."""
-    for name in ("model", "layer", "dim", "mask_policy", "store_dtype", "max_length", "contexts"):
+    names = ("model", "layer", "dim", "mask_policy", "store_dtype", "max_length", "contexts", "precision")
+    for name in names:
         if getattr(found, name) != getattr(wanted, name):
             raise IndexMismatchError(
                 f"index at {where} was built with {name}={getattr(found, name)!r}, not"

@@ -43,7 +43,9 @@ from bertknn_search.records import (
 from bertknn_search.terms import query_terms
 
 DB_NAME = sqlite_file.DB_NAME
-SCHEMA_VERSION = "3"  # 2: accent-folded IR terms, max_length in the meta; 3: tantivy, lazy contexts
+SCHEMA_VERSION = (
+    "4"  # 2: accent-folded IR terms, max_length in the meta; 3: tantivy, lazy contexts; 4: precision
+)
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
 SCHEMA = """
@@ -597,6 +599,7 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
             store_dtype=rows["store_dtype"],
             max_length=int(rows["max_length"]),
             contexts=rows["contexts"],
+            precision=rows["precision"],
         )
     except sqlite3.Error as exc:
         raise sqlite_file.read_error(path, exc) from exc

@@ -17,7 +17,7 @@ import numpy as np
 
 from bertknn_search.backends.base import Backend, ContextStore
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoder import Encoder, check_precision
 from bertknn_search.errors import LazyIndexError
 from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
 
@@ -67,6 +67,7 @@ class LazyDatastore:
         todo = self.store.unencoded(ids)
         if todo:
             meta = self.store.meta()
+            check_precision(meta.precision, self.encoder.precision, self.location)
             articles = [article for article, _ in todo]
             sentences = [split_sentences(a.text) for a in articles]
             rows = make_rows(sentences, self.encoder, meta.mask_policy, meta.max_length)

@@ -15,7 +15,7 @@ from bertknn_search.errors import IndexCorruptError
 from bertknn_search.records import ArticleHit, ContextBlock, EncodedArticle, IndexMeta, Neighbors
 from bertknn_search.terms import document_text, query_terms, tokenize
 
-SCHEMA_VERSION = 3  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts
+SCHEMA_VERSION = 4  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts; 4: precision
 KINDS = ("articles", "contexts")
 # Both backends break distance ties by (article id, sentence, start); sorting on the server as well keeps
 # the k-th place deterministic when several contexts tie at the cut.
@@ -93,6 +93,7 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
             store_dtype=str(raw["store_dtype"]),
             max_length=int(raw["max_length"]),
             contexts=str(raw["contexts"]),
+            precision=str(raw["precision"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise IndexCorruptError(

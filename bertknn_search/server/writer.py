@@ -51,7 +51,9 @@ class Writer:
 
         config = self.config
         if self._encoder is None:
-            self._encoder = Encoder(config.model, config.layer, config.device, config.max_length)
+            self._encoder = Encoder(
+                config.model, config.layer, config.device, config.max_length, config.precision
+            )
         self.running = f"add of {len(articles):,} articles"
         log.info("%s started", self.running)
         try:
