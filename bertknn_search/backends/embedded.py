@@ -44,8 +44,6 @@ from bertknn_search.terms import query_terms
 
 DB_NAME = sqlite_file.DB_NAME
 SCHEMA_VERSION = "4"  # 2: accent-folded terms, max_length; 3: tantivy, lazy contexts; 4: precision
-    "4"  # 2: accent-folded IR terms, max_length in the meta; 3: tantivy, lazy contexts; 4: precision
-)
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
 SCHEMA = """
