@@ -81,10 +81,12 @@ def test_answers_are_the_json_of_query_json(api: TestClient, built_index: Config
     try:
         questions = [Question(b["question"], b["subject"]) for b in map(born, facts)]
         expected = [json.loads(to_json(a)) for a in searcher.answer_batch(questions)]
+        # A batch of one, as the server runs a lone question: float rounding depends on the batch shape.
+        alone = [json.loads(to_json(a)) for a in searcher.answer_batch(questions[:1])]
     finally:
         searcher.close()
     one = api.post("/query", json=born(facts[0]))
-    assert one.status_code == 200 and one.json()["answers"] == expected[:1]
+    assert one.status_code == 200 and one.json()["answers"] == alone
     many = api.post("/query", json={"questions": [born(f) for f in facts]})
     assert many.status_code == 200 and many.json()["answers"] == expected
     assert [a["bert_knn"][0]["word"] for a in expected] == [f.city for f in facts]
