@@ -335,7 +335,7 @@ def compare_precisions(
         started = time.perf_counter()
         encoder.trunk  # noqa: B018 - loads (and for int8 quantizes) the model
         loads[p] = time.perf_counter() - started
-        encode_rows(make_rows(warm[:2], encoder, POLICY, encoder.max_length), encoder, batch)
+        encode_rows(make_rows([warm[0][:2]], encoder, POLICY, encoder.max_length), encoder, batch)
     rates: dict[str, list[float]] = {p: [] for p in ["naive", *precisions]}
     vectors: dict[str, np.ndarray] = {}
     for _ in range(args.repeats):
