@@ -155,6 +155,35 @@ def knn_agreement(
     return {"queries": len(same), "same_top1": float(np.mean(same)), "overlap_at_10": float(np.mean(overlap))}
 
 
+def encoder_shape(model_dir: Path) -> tuple[int, int]:
+    """(hidden size, FFN size) from the model's config."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(model_dir))
+    return int(config.hidden_size), int(config.intermediate_size)
+
+
+def model_flops_use(
+    rows: list[MaskedRow], shape: tuple[int, int], layer: int, results: dict[str, Any], peak_tflops: float
+) -> dict[str, float]:
+    """Model FLOPs utilisation of our path and of ``ingest()``: useful FLOPs per second over the peak.
+
+    Useful FLOPs of a context of T tokens through ``layer`` blocks: 2 per multiply-add of the four
+    attention projections (4·d²) and the FFN (2·d·f) at every token, and of the attention scores and
+    their weighted sum (2·T·d per token); padding is not counted.
+    """
+    d, f = shape
+    tokens = np.array([len(r.input_ids) for r in rows], dtype=np.float64)
+    flops = float(np.mean(2 * layer * tokens * (4 * d * d + 2 * d * f + 2 * tokens * d)))
+    peak = peak_tflops * 1e12
+    return {
+        "gflop_per_context": flops / 1e9,
+        "peak_tflops": peak_tflops,
+        "ours": results["ours"]["contexts_per_s"] * flops / peak,
+        "pipeline": results["pipeline"]["contexts_per_s"] * flops / peak,
+    }
+
+
 def timed_encode(encoder: Encoder, sentences: list[list[str]], batch: int, device: str) -> tuple[float, Any]:
     """Seconds for ``make_rows`` + ``encode_rows`` over ``sentences``, and the vectors."""
     sync(device)
@@ -262,6 +291,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "contexts_per_s": summary.contexts_per_second,
         "contexts_per_s_without_load": summary.contexts / max(summary.seconds - results["ours_load_s"], 1e-9),
     }
+    if args.peak_tflops:
+        results["mfu"] = model_flops_use(rows, encoder_shape(model_dir), layer, results, args.peak_tflops)
     naive_rate = results["naive"]["contexts_per_s"]
     results["ratios"] = {
         "ours_vs_naive": results["ours"]["contexts_per_s"] / naive_rate,
@@ -304,7 +335,7 @@ def compare_precisions(
         started = time.perf_counter()
         encoder.trunk  # noqa: B018 - loads (and for int8 quantizes) the model
         loads[p] = time.perf_counter() - started
-        encode_rows(make_rows(warm[:2], encoder, POLICY, encoder.max_length), encoder, batch)
+        encode_rows(make_rows([warm[0][:2]], encoder, POLICY, encoder.max_length), encoder, batch)
     rates: dict[str, list[float]] = {p: [] for p in ["naive", *precisions]}
     vectors: dict[str, np.ndarray] = {}
     for _ in range(args.repeats):
@@ -337,6 +368,13 @@ def model_name(size: str) -> str:
     return f"BERT-{size} (random weights)" if size in ("base", "small", "tiny") else f"model {size}"
 
 
+def mfu_line(m: dict[str, float]) -> str:
+    return (
+        f"  MFU ({m['gflop_per_context']:.2f} GFLOP a context, peak {m['peak_tflops']:g} TFLOP/s):"
+        f" ours {m['ours']:.1%}, ingest() {m['pipeline']:.1%}"
+    )
+
+
 def report(r: dict[str, Any]) -> str:
     """The results as a few readable lines."""
     env = r["env"]
@@ -360,6 +398,7 @@ def report(r: dict[str, Any]) -> str:
         f"  ingest() end to end (split, encode, SQLite, load):   {p['contexts_per_s']:10.1f} ctx/s"
         f"  ({p['contexts_per_s_without_load']:.1f} without the {r['ours_load_s']:.1f} s model load)",
         "  ratios (same run): " + ", ".join(f"{k} {v:.2f}x" for k, v in r["ratios"].items()),
+        *([mfu_line(r["mfu"])] if "mfu" in r else []),
         "  same vectors: " + ", ".join(f"{k} {v:.4g}" for k, v in r["agreement_ours_vs_naive"].items()),
     ]
     if "agreement_cpu_bf16_vs_naive" in r:
@@ -393,6 +432,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds for --precisions")
     parser.add_argument(
         "--slow-sentences", type=int, default=4, help="sentences for bf16 on a CPU without bf16 instructions"
+    )
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="the device's peak (H100 SXM bf16 dense: 989) for MFU"
     )
     parser.add_argument("--model", type=Path, default=None, help="a local model instead of a random one")
     parser.add_argument("--layer", type=int, default=LAYER, help="the key layer (11 of BERT-base's 12)")
