@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +30,16 @@ from typing import Any
 
 import numpy as np
 from bench_query import add_synthetic, make_questions
-from common import LAYER, argument_parser, build_model, dir_bytes, environment, percentiles, run_benchmark
+from common import (
+    LAYER,
+    Progress,
+    argument_parser,
+    build_model,
+    dir_bytes,
+    environment,
+    percentiles,
+    run_benchmark,
+)
 
 from bertknn_search.config import Config
 from bertknn_search.ingest.pipeline import ingest
@@ -46,6 +56,8 @@ ENWIKI_ARTICLES = 6.7e6
 ENWIKI_CHARS = 20e9
 # Measured rates the table uses for the GPU (benchmarks/README.md, H100, ingest() end to end).
 H100_CONTEXTS_PER_S = 10_800
+# encode_rows alone on the H100 (21-25k contexts/s; benchmarks/README.md): what a cold query's pass runs.
+H100_ENCODE_CONTEXTS_PER_S = 21_000
 LAMA_TREX_FACTS = 34_039  # LAMA's T-REx test facts, 41 relations (Petroni et al. 2019)
 
 
@@ -64,16 +76,71 @@ def wikipedia_shaped(source: Path, n: int, seed: int) -> list[Article]:
     return out
 
 
-def timed_answers(searcher: Searcher, questions: list[Question]) -> tuple[list[float], list[int]]:
-    """Seconds for each ``answer``, and the contexts each one had to encode first."""
-    seconds, encoded = [], []
-    for q in questions:
-        before = getattr(searcher.backend, "encoded_contexts", 0)
+class EncoderClock:
+    """Seconds spent in ``encode_rows`` (the BERT pass over contexts) while installed: the part of a cold
+    query a GPU speeds up; splitting, rows and the SQLite write stay on the CPU."""
+
+    def __init__(self) -> None:
+        import bertknn_search.ingest.contexts as contexts
+
+        self.seconds = 0.0
+        self._module = contexts
+        self._original = contexts.encode_rows
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return self._original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        contexts.encode_rows = timed
+
+    def close(self) -> None:
+        self._module.encode_rows = self._original
+
+
+def cold_answers(
+    searcher: Searcher, questions: list[Question], clock: EncoderClock, deadline: float, say: Any
+) -> dict[str, list[float]]:
+    """Each question asked once on the lazy index (its articles unencoded), until ``deadline``.
+
+    Returns:
+        Per question: seconds, contexts encoded first, and seconds of those in the encoder pass.
+    """
+    out: dict[str, list[float]] = {"seconds": [], "contexts": [], "encoder_seconds": []}
+    for i, q in enumerate(questions):
+        if time.monotonic() > deadline:
+            say(f"cold: time bound reached after {i} of {len(questions)} questions")
+            break
+        before, enc_before = searcher.backend.encoded_contexts, clock.seconds
         started = time.perf_counter()
         searcher.answer(q)
-        seconds.append(time.perf_counter() - started)
-        encoded.append(getattr(searcher.backend, "encoded_contexts", 0) - before)
-    return seconds, encoded
+        out["seconds"].append(time.perf_counter() - started)
+        out["contexts"].append(searcher.backend.encoded_contexts - before)
+        out["encoder_seconds"].append(clock.seconds - enc_before)
+        say(
+            f"cold {i + 1}/{len(questions)}: {out['seconds'][-1]:.1f} s, {out['contexts'][-1]} contexts"
+            f" ({out['encoder_seconds'][-1]:.1f} s in the encoder)"
+        )
+    return out
+
+
+def warm_in_turn(
+    lazy: Searcher, eager: Searcher, questions: list[Question], rounds: int
+) -> tuple[list[float], list[float]]:
+    """The same questions on the lazy (now encoded) and eager indexes, in turn, the order alternating, so
+    that the shared machine's load falls on both alike."""
+    lazy_s: list[float] = []
+    eager_s: list[float] = []
+    for r in range(rounds):
+        for i, q in enumerate(questions):
+            pair = ((lazy, lazy_s), (eager, eager_s))
+            for searcher, into in pair if (r + i) % 2 == 0 else pair[::-1]:
+                started = time.perf_counter()
+                searcher.answer(q)
+                into.append(time.perf_counter() - started)
+    return lazy_s, eager_s
 
 
 def trex_subjects() -> int | None:
@@ -90,6 +157,13 @@ def trex_subjects() -> int | None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.source.exists():
         raise SystemExit(f"the enwiki fragment is not at {args.source}: pass --source")
+    results: dict[str, Any] = {
+        "benchmark": "lazy",
+        "env": environment(args.device),
+        "model_size": args.model_size,
+    }
+    progress = Progress(args.out, results)
+    deadline = time.monotonic() + args.max_seconds
     articles = wikipedia_shaped(args.source, args.articles, args.seed)
     model_dir = build_model(args.model_size)
     # One question per article, so that every cold question really finds its article unencoded.
@@ -97,56 +171,89 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         {s: (t, s) for t, s in make_questions(articles, 4 * (args.cold + args.cold_free), args.seed)}.values()
     )
     subject_qs = [Question(t, s) for t, s in pairs[: args.cold]]
-    free_qs = [Question(t, None) for t, _ in pairs[args.cold :]]
-    results: dict[str, Any] = {
-        "benchmark": "lazy",
-        "env": environment(args.device),
-        "model_size": args.model_size,
-        "articles": len(articles),
-        "words_per_article": float(np.mean([len(a.text.split()) for a in articles])),
-        "text_mb": sum(len(a.text.encode("utf-8")) for a in articles) / 1e6,
-    }
+    free_qs = [Question(t, None) for t, _ in pairs[args.cold : args.cold + args.cold_free]]
+    words = float(np.mean([len(a.text.split()) for a in articles]))
+    progress.done(
+        "corpus",
+        f"{len(articles)} articles, {words:.0f} words each on average; {len(subject_qs)} subject and"
+        f" {len(free_qs)} free questions",
+        articles=len(articles),
+        words_per_article=words,
+        words_p50=float(np.median([len(a.text.split()) for a in articles])),
+        text_mb=sum(len(a.text.encode("utf-8")) for a in articles) / 1e6,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-lazy-", dir=args.tmp) as tmp:
         base = Config(model=str(model_dir), layer=LAYER, device=args.device, batch_size=args.batch_size)
         lazy, eager = (
             base.replace(index=Path(tmp) / "lazy", contexts="lazy"),
-            base.replace(index=Path(tmp) / "eager"),
+            base.replace(index=Path(tmp) / "eager", contexts="eager"),
         )
         started = time.perf_counter()
         ingest(articles, lazy, progress=False)
         text_seconds = time.perf_counter() - started
-        results["text_pass"] = {
-            "seconds": text_seconds,
-            "mb_per_s": results["text_mb"] / text_seconds,
-            "articles_per_s": len(articles) / text_seconds,
-            "bytes": dir_bytes(lazy.index),
-        }
+        progress.done(
+            "text pass",
+            f"{text_seconds:.1f} s",
+            text_pass={
+                "seconds": text_seconds,
+                "mb_per_s": results["text_mb"] / text_seconds,
+                "articles_per_s": len(articles) / text_seconds,
+                "bytes": dir_bytes(lazy.index),
+            },
+        )
         started = time.perf_counter()
         phases = add_synthetic(articles, eager, args.seed)
-        results["eager_synthetic"] = {"seconds": time.perf_counter() - started, **phases}
+        progress.done(
+            "eager index (synthetic keys)",
+            f"{time.perf_counter() - started:.1f} s",
+            eager_synthetic={"seconds": time.perf_counter() - started, **phases},
+        )
         lazy_s, eager_s = Searcher.open(lazy), Searcher.open(eager)
+        clock = EncoderClock()
         try:
             eager_stats = eager_s.backend.stats()
-            results["eager"] = {
-                "contexts": eager_stats.contexts,
-                "contexts_per_article": eager_stats.contexts / eager_stats.articles,
-                "bytes": dir_bytes(eager.index),
-                "bytes_per_context": dir_bytes(eager.index) / eager_stats.contexts,
-            }
+            started = time.perf_counter()
             nowhere = Question("[MASK] zzzunseen qqqunknown.", None)  # finds no article: encodes nothing
             lazy_s.answer(nowhere)  # model load and first-call allocations
             eager_s.answer(nowhere)
+            progress.done(
+                "models loaded",
+                f"{time.perf_counter() - started:.1f} s; eager index {eager_stats.contexts:,} contexts",
+                eager={
+                    "contexts": eager_stats.contexts,
+                    "contexts_per_article": eager_stats.contexts / eager_stats.articles,
+                    "bytes": dir_bytes(eager.index),
+                    "bytes_per_context": dir_bytes(eager.index) / eager_stats.contexts,
+                },
+            )
             for kind, qs in (("subject", subject_qs), ("free", free_qs)):
-                cold, encoded = timed_answers(lazy_s, qs)
-                warm, _ = timed_answers(lazy_s, qs)
-                base_line, _ = timed_answers(eager_s, qs)
-                results[kind] = {
-                    "cold": percentiles(cold),
+                say = lambda line, kind=kind: print(f"  {kind} {line}", file=sys.stderr, flush=True)  # noqa: E731
+                cold = cold_answers(lazy_s, qs, clock, deadline, say)
+                asked = qs[: len(cold["seconds"])]
+                if not asked:
+                    continue
+                warm, base_line = warm_in_turn(lazy_s, eager_s, asked, args.warm_rounds)
+                encoded, seconds = sum(cold["contexts"]), sum(cold["seconds"])
+                other = [s - e for s, e in zip(cold["seconds"], cold["encoder_seconds"])]
+                entry = {
+                    "questions": len(asked),
+                    "cold": percentiles(cold["seconds"]),
+                    "cold_outside_encoder": percentiles(other),
                     "warm": percentiles(warm),
                     "eager": percentiles(base_line),
-                    "contexts_encoded_per_question": float(np.mean(encoded)),
-                    "cold_contexts_per_s": float(sum(encoded) / max(sum(cold), 1e-9)),
+                    "warm_over_eager_p50": percentiles(warm)["p50_ms"] / percentiles(base_line)["p50_ms"],
+                    "contexts_encoded_per_question": float(np.mean(cold["contexts"])),
+                    "cold_contexts_per_s": float(encoded / max(seconds, 1e-9)),
+                    "encoder_contexts_per_s": float(encoded / max(sum(cold["encoder_seconds"]), 1e-9)),
+                    "per_question": cold,
                 }
+                progress.done(
+                    f"{kind} questions",
+                    f"cold p50 {entry['cold']['p50_ms']:.0f} ms ({entry['contexts_encoded_per_question']:.0f}"
+                    f" contexts), warm p50 {entry['warm']['p50_ms']:.1f} ms, eager p50"
+                    f" {entry['eager']['p50_ms']:.1f} ms (warm/eager {entry['warm_over_eager_p50']:.2f})",
+                    **{kind: entry},
+                )
             stats = lazy_s.backend.stats()
             results["lazy_after"] = {
                 "encoded_articles": stats.encoded_articles,
@@ -154,9 +261,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "bytes": dir_bytes(lazy.index),
             }
         finally:
+            clock.close()
             lazy_s.close()
             eager_s.close()
-    results["enwiki"] = whole_dump(results)
+    if "subject" in results:
+        progress.done("whole-dump table", "from the rates above", enwiki=whole_dump(results))
+    progress.finish()
     return results
 
 
@@ -201,14 +311,25 @@ def report(r: dict[str, Any]) -> str:
         " latency ms p50/p95: cold (lazy, encodes first) | warm (lazy) | eager; contexts encoded per cold q",
     ]
     for kind in ("subject", "free"):
+        if kind not in r:
+            continue
         k = r[kind]
         lines.append(
             f"  {kind:<7}: {k['cold']['p50_ms']:9.1f}/{k['cold']['p95_ms']:9.1f} |"
             f" {k['warm']['p50_ms']:6.1f}/{k['warm']['p95_ms']:6.1f} |"
             f" {k['eager']['p50_ms']:6.1f}/{k['eager']['p95_ms']:6.1f};"
-            f" {k['contexts_encoded_per_question']:.0f} contexts at {k['cold_contexts_per_s']:.0f}/s"
-            f"  (warm/eager {k['warm']['p50_ms'] / k['eager']['p50_ms']:.2f})"
+            f" {k['contexts_encoded_per_question']:.0f} contexts,"
+            f" encoder {k['encoder_contexts_per_s']:.0f}/s,"
+            f" {k['cold_outside_encoder']['p50_ms']:.0f} ms outside it"
+            f"  (warm/eager {k['warm_over_eager_p50']:.2f}; {k['questions']} questions)"
         )
+        h100 = k["contexts_encoded_per_question"] / H100_ENCODE_CONTEXTS_PER_S * 1000
+        lines.append(
+            f"           on an H100 the encoding would take ~{h100:.0f} ms"
+            f" (at {H100_ENCODE_CONTEXTS_PER_S:,} contexts/s, encode_rows' measured rate)"
+        )
+    if "enwiki" not in r:
+        return "\n".join(lines)
     w = r["enwiki"]
     lines += [
         f" full enwiki ({ENWIKI_ARTICLES / 1e6:.1f}M articles, ~{w['contexts'] / 1e9:.2f}B contexts):",
@@ -229,6 +350,10 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=6, help="subject questions (1 article each)")
     parser.add_argument("--cold-free", type=int, default=3, help="free questions (3 articles each)")
     parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--warm-rounds", type=int, default=8, help="times each cold question is asked warm")
+    parser.add_argument(
+        "--max-seconds", type=float, default=1500.0, help="no cold question is started after this"
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="where the indexes are built")
     run_benchmark(parser, run, report)
 

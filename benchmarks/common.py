@@ -8,6 +8,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -222,6 +223,7 @@ def environment(device: str) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": device,
+        "load_average": load_average(),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
@@ -234,6 +236,48 @@ def environment(device: str) -> dict[str, Any]:
     except OSError:
         pass  # not Linux: platform's answer stays
     return env
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages: on a shared machine, how much every time here is inflated."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+class Progress:
+    """Prints each phase to stderr as it ends and rewrites the JSON then, so that a run stopped by its
+    time bound (or killed) still leaves every phase it finished.
+
+    Attributes:
+        results: what is written; ``"complete"`` stays False until ``finish``.
+    """
+
+    def __init__(self, out: Path | None, results: dict[str, Any]) -> None:
+        self.out = out
+        self.results = results
+        self.started = time.monotonic()
+        results["complete"] = False
+        results["phases"] = []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def done(self, name: str, summary: str, **values: Any) -> None:
+        """Record phase ``name`` (``values`` go into the results under their keys) and say so."""
+        self.results.update(values)
+        load = load_average()
+        self.results["phases"].append({"phase": name, "at_s": round(self.elapsed(), 1), "load_average": load})
+        print(
+            f"[{self.elapsed():7.1f} s, load {load[0] if load else '?'}] {name}: {summary}", file=sys.stderr
+        )
+        write_results(self.out, self.results)
+
+    def finish(self) -> None:
+        self.results["complete"] = True
+        self.results["seconds"] = round(self.elapsed(), 1)
+        write_results(self.out, self.results)
 
 
 def write_results(path: Path | None, results: dict[str, Any]) -> None:
