@@ -101,18 +101,31 @@ class EncoderClock:
 
 
 def cold_answers(
-    searcher: Searcher, questions: list[Question], clock: EncoderClock, deadline: float, say: Any
-) -> dict[str, list[float]]:
-    """Each question asked once on the lazy index (its articles unencoded), until ``deadline``.
+    searcher: Searcher,
+    questions: list[Question],
+    wanted: int,
+    clock: EncoderClock,
+    deadline: float,
+    say: Any,
+) -> tuple[list[Question], dict[str, list[float]]]:
+    """Up to ``wanted`` of ``questions`` asked once on the lazy index, each only if none of the articles
+    it searches is encoded yet, until ``deadline``.
 
     Returns:
-        Per question: seconds, contexts encoded first, and seconds of those in the encoder pass.
+        The questions asked, and per question: seconds, contexts encoded first, and seconds of those in
+        the encoder pass.
     """
     out: dict[str, list[float]] = {"seconds": [], "contexts": [], "encoder_seconds": []}
-    for i, q in enumerate(questions):
-        if time.monotonic() > deadline:
-            say(f"cold: time bound reached after {i} of {len(questions)} questions")
+    asked: list[Question] = []
+    for q in questions:
+        if time.monotonic() > deadline or len(asked) == wanted:
+            if len(asked) < wanted:
+                say(f"cold: time bound reached after {len(asked)} of {wanted} questions")
             break
+        ids = [h.id for h in searcher.retrieve(q)]
+        if not ids or len(searcher.backend.store.unencoded(ids)) < len(ids):
+            continue  # an article an earlier question encoded: not a cold question
+        asked.append(q)
         before, enc_before = searcher.backend.encoded_contexts, clock.seconds
         started = time.perf_counter()
         searcher.answer(q)
@@ -120,10 +133,10 @@ def cold_answers(
         out["contexts"].append(searcher.backend.encoded_contexts - before)
         out["encoder_seconds"].append(clock.seconds - enc_before)
         say(
-            f"cold {i + 1}/{len(questions)}: {out['seconds'][-1]:.1f} s, {out['contexts'][-1]} contexts"
+            f"cold {len(asked)}/{wanted}: {out['seconds'][-1]:.1f} s, {out['contexts'][-1]} contexts"
             f" ({out['encoder_seconds'][-1]:.1f} s in the encoder)"
         )
-    return out
+    return asked, out
 
 
 def warm_in_turn(
@@ -170,13 +183,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pairs = list(
         {s: (t, s) for t, s in make_questions(articles, 4 * (args.cold + args.cold_free), args.seed)}.values()
     )
+    # More than asked for: a free question whose articles an earlier one encoded is skipped.
     subject_qs = [Question(t, s) for t, s in pairs[: args.cold]]
-    free_qs = [Question(t, None) for t, _ in pairs[args.cold : args.cold + args.cold_free]]
+    free_qs = [Question(t, None) for t, _ in pairs[args.cold :]]
     words = float(np.mean([len(a.text.split()) for a in articles]))
     progress.done(
         "corpus",
-        f"{len(articles)} articles, {words:.0f} words each on average; {len(subject_qs)} subject and"
-        f" {len(free_qs)} free questions",
+        f"{len(articles)} articles, {words:.0f} words each on average",
         articles=len(articles),
         words_per_article=words,
         words_p50=float(np.median([len(a.text.split()) for a in articles])),
@@ -226,10 +239,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "bytes_per_context": dir_bytes(eager.index) / eager_stats.contexts,
                 },
             )
-            for kind, qs in (("subject", subject_qs), ("free", free_qs)):
+            for kind, qs, wanted in (("subject", subject_qs, args.cold), ("free", free_qs, args.cold_free)):
                 say = lambda line, kind=kind: print(f"  {kind} {line}", file=sys.stderr, flush=True)  # noqa: E731
-                cold = cold_answers(lazy_s, qs, clock, deadline, say)
-                asked = qs[: len(cold["seconds"])]
+                asked, cold = cold_answers(lazy_s, qs, wanted, clock, deadline, say)
                 if not asked:
                     continue
                 warm, base_line = warm_in_turn(lazy_s, eager_s, asked, args.warm_rounds)

@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,11 +38,20 @@ from typing import Any
 
 import numpy as np
 from bench_query import add_synthetic, as_questions, make_questions
-from common import LAYER, CorpusGenerator, argument_parser, build_model, environment, run_benchmark
+from common import (
+    LAYER,
+    CorpusGenerator,
+    Progress,
+    argument_parser,
+    build_model,
+    environment,
+    run_benchmark,
+)
 
 from bertknn_search.config import Config
 from bertknn_search.records import Article, Question
 from bertknn_search.search import Searcher
+from bertknn_search.stopwords import STOPWORDS
 
 TOP = 10
 
@@ -74,6 +84,18 @@ class Server:
         if not ready.wait(max_seconds) or not self.url:
             self.stop()
             raise RuntimeError("the server did not start:\n" + "".join(self.log))
+
+    def batches(self) -> dict[str, Any]:
+        """The server's own count of questions and batches (``GET /stats``), or why there is none."""
+        parts = urllib.parse.urlsplit(self.url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        try:
+            conn.request("GET", "/stats")
+            return dict(json.loads(conn.getresponse().read())["server"])
+        except (OSError, http.client.HTTPException, KeyError, ValueError) as exc:
+            return {"error": str(exc)}
+        finally:
+            conn.close()
 
     def stop(self) -> int:
         self.proc.terminate()  # SIGTERM: a running add finishes first
@@ -209,6 +231,8 @@ def short_articles(n: int, seed: int, sentences: int, words: int) -> list[Articl
     for i in range(n):
         title = f"{gen.title(900_000 + i)} Added"
         cut = [gen.sentence(title if s == 0 else None).rstrip(".").split()[:words] for s in range(sentences)]
+        # A sentence cut after a stopword ("X is a.") reads as an abbreviation to the splitter.
+        cut = [ws[: max(i for i, w in enumerate(ws) if w.lower() not in STOPWORDS) + 1] for ws in cut]
         text = " ".join(" ".join(w) + "." for w in cut)
         out.append(Article(f"added-{i}", title, text))
     return out
@@ -217,29 +241,62 @@ def short_articles(n: int, seed: int, sentences: int, words: int) -> list[Articl
 def run(args: argparse.Namespace) -> dict[str, Any]:
     model = build_model(args.model_size)
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-", dir=args.tmp))
-    # Eager: every context stored up front, as the batch path and the server should both find them.
-    config = Config(model=str(model), layer=LAYER, index=tmp / "index", device=args.device, contexts="eager")
-    articles = CorpusGenerator(seed=args.seed).articles(args.articles)
-    add_synthetic(articles, config, args.seed)
-    questions = as_questions(make_questions(articles, args.questions, args.seed), "subject")
-    results: dict[str, Any] = {"environment": environment(args.device), "articles": args.articles}
-    print(f"index of {args.articles} articles at {config.index}; batch path ...", file=sys.stderr)
-    results["batch_path"] = batch_path(config, questions)
-    server = Server(config.index, args.device, max(args.max_seconds, 900.0))  # a loaded machine loads slowly
+    results: dict[str, Any] = {
+        "environment": environment(args.device),
+        "model_size": args.model_size,
+        "articles": args.articles,
+    }
+    progress = Progress(args.out, results)
     try:
-        # Warm-up: the server's first passes at small and full batch shapes.
-        clients(server.url, questions, 32, 64, args.max_seconds)
-        results["clients"] = []
-        for n in (1, 8, 32):
-            print(f"{n} clients ...", file=sys.stderr)
-            total = args.questions if n > 1 else args.questions // 4
-            results["clients"].append(clients(server.url, questions, n, total, args.max_seconds))
-        results["during_add"] = during_add(server.url, questions, args)
+        # Eager: every context stored up front, as the batch path and the server should both find them.
+        config = Config(
+            model=str(model), layer=LAYER, index=tmp / "index", device=args.device, contexts="eager"
+        )
+        articles = CorpusGenerator(seed=args.seed).articles(args.articles)
+        add_synthetic(articles, config, args.seed)
+        questions = as_questions(make_questions(articles, args.questions, args.seed), "subject")
+        progress.done("index", f"{args.articles} articles at {config.index}")
+        # The batch path before and after the clients: the shared machine's load drifts, so the clients
+        # are compared with the mean of the two.
+        first = batch_path(config, questions)
+        progress.done("batch path", f"{first['questions_per_s']:.1f} questions/s", batch_path=[first])
+        server = Server(
+            config.index, args.device, max(args.max_seconds, 900.0)
+        )  # loaded machines load slowly
+        try:
+            # Warm-up: the server's first passes at small and full batch shapes.
+            clients(server.url, questions, 32, 64, args.max_seconds)
+            progress.done("server ready", server.url)
+            results["clients"] = []
+            for n in (1, 8, 32):
+                total = args.questions if n > 1 else args.questions // 4
+                level = clients(server.url, questions, n, total, args.max_seconds)
+                results["clients"].append(level)
+                progress.done(
+                    f"{n} clients",
+                    f"{level['questions_per_s']:.1f} questions/s, p50 {level['p50_ms']:.0f} ms,"
+                    f" p99 {level['p99_ms']:.0f} ms, {level['errors']} errors, {level['partial']} partial",
+                )
+            last = batch_path(config, questions)
+            results["batch_path"].append(last)
+            progress.done("batch path again", f"{last['questions_per_s']:.1f} questions/s")
+            base = float(np.mean([b["questions_per_s"] for b in results["batch_path"]]))
+            results["batch_questions_per_s"] = base
+            for level in results["clients"]:
+                level["vs_batch_path"] = level["questions_per_s"] / base
+            add = during_add(server.url, questions, args)
+            progress.done(
+                "during an add",
+                f"{add['answered']} answered, {add['errors']} errors, {add['partial']} partial;"
+                f" add {add['add_status']} in {add['add_seconds']:.0f} s",
+                during_add=add,
+            )
+        finally:
+            results["server_batches"] = server.batches()
+            results["server_exit"] = server.stop()
     finally:
-        results["server_exit"] = server.stop()
-    base = results["batch_path"]["questions_per_s"]
-    for level in results["clients"]:
-        level["vs_batch_path"] = level["questions_per_s"] / base
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress.finish()
     return results
 
 
@@ -293,8 +350,11 @@ def during_add(url: str, questions: list[Question], args: argparse.Namespace) ->
 def report(r: dict[str, Any]) -> str:
     b = r["batch_path"]
     lines = [
-        f"{r['environment']['cpu']} ({r['environment']['device']}), {r['articles']} articles",
-        f"batch path (query --file, batches of {b['batch']}): {b['questions_per_s']:.1f} questions/s",
+        f"BERT-{r['model_size']} on {r['environment']['cpu']} ({r['environment']['device']}),"
+        f" {r['articles']} articles; load average at the start {r['environment']['load_average']}",
+        f"batch path (query --file, batches of {b[0]['batch']}): "
+        + " and ".join(f"{x['questions_per_s']:.1f}" for x in b)
+        + f" questions/s before and after the clients (mean {r['batch_questions_per_s']:.1f})",
         "",
         "| clients | questions/s | vs batch path | p50 ms | p99 ms | errors | partial |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
