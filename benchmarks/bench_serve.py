@@ -54,15 +54,27 @@ from bertknn_search.search import Searcher
 from bertknn_search.stopwords import STOPWORDS
 
 TOP = 10
+# `bertknn-search serve` with ServerSettings.patience_s set: 0 is the fixed window alone (before the
+# batcher waited for returning clients), for a comparison in the same run.
+PATIENCE_SERVE = """
+import functools, sys
+import bertknn_search.server.app as app
+app.ServerSettings = functools.partial(app.ServerSettings, patience_s=float(sys.argv[1]))
+from bertknn_search.cli import main
+sys.argv = ["bertknn-search", *sys.argv[2:]]
+main()
+"""
 
 
 # -- the server --------------------------------------------------------------------------------------------
 class Server:
     """``bertknn-search serve`` in a child process; its stderr is kept for the report."""
 
-    def __init__(self, index: Path, device: str, max_seconds: float) -> None:
-        cmd = [sys.executable, "-m", "bertknn_search", "serve", "--index", str(index), "--port", "0"]
-        cmd += ["--device", device]
+    def __init__(self, index: Path, device: str, max_seconds: float, patience_s: float | None = None) -> None:
+        args = ["serve", "--index", str(index), "--port", "0", "--device", device]
+        cmd = [sys.executable, "-m", "bertknn_search", *args]
+        if patience_s is not None:  # the same command with the batcher's patience fixed (no flag sets it)
+            cmd = [sys.executable, "-c", PATIENCE_SERVE, str(patience_s), *args]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
@@ -256,34 +268,43 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         add_synthetic(articles, config, args.seed)
         questions = as_questions(make_questions(articles, args.questions, args.seed), "subject")
         progress.done("index", f"{args.articles} articles at {config.index}")
-        # The batch path before and after the clients: the shared machine's load drifts, so the clients
-        # are compared with the mean of the two.
-        first = batch_path(config, questions)
-        progress.done("batch path", f"{first['questions_per_s']:.1f} questions/s", batch_path=[first])
-        server = Server(
-            config.index, args.device, max(args.max_seconds, 900.0)
-        )  # loaded machines load slowly
+        # The batch path between the client levels: the shared machine's load drifts, so each level is
+        # compared with the mean of the batch runs just before and after it.
+        batch_runs = [batch_path(config, questions)]
+        progress.done(
+            "batch path", f"{batch_runs[0]['questions_per_s']:.1f} questions/s", batch_path=batch_runs
+        )
+        bound = max(args.max_seconds, 900.0)  # a loaded machine loads the model slowly
+        server = Server(config.index, args.device, bound)
+        # The same server with the fixed window alone, asked in turn with the first.
+        other = Server(config.index, args.device, bound, patience_s=0.0) if args.window_only else None
+        servers = {"adaptive": server, **({"window only": other} if other else {})}
         try:
-            # Warm-up: the server's first passes at small and full batch shapes.
-            clients(server.url, questions, 32, 64, args.max_seconds)
-            progress.done("server ready", server.url)
-            results["clients"] = []
-            for n in (1, 8, 32):
+            for s in servers.values():
+                clients(s.url, questions, 32, 64, args.max_seconds)  # first passes at small and full shapes
+            progress.done("servers ready", ", ".join(f"{k} {s.url}" for k, s in servers.items()))
+            results["clients"] = {name: [] for name in servers}
+            for turn, n in enumerate((1, 8, 32)):
                 total = args.questions if n > 1 else args.questions // 4
-                level = clients(server.url, questions, n, total, args.max_seconds)
-                results["clients"].append(level)
-                progress.done(
-                    f"{n} clients",
-                    f"{level['questions_per_s']:.1f} questions/s, p50 {level['p50_ms']:.0f} ms,"
-                    f" p99 {level['p99_ms']:.0f} ms, {level['errors']} errors, {level['partial']} partial",
-                )
-            last = batch_path(config, questions)
-            results["batch_path"].append(last)
-            progress.done("batch path again", f"{last['questions_per_s']:.1f} questions/s")
-            base = float(np.mean([b["questions_per_s"] for b in results["batch_path"]]))
-            results["batch_questions_per_s"] = base
-            for level in results["clients"]:
-                level["vs_batch_path"] = level["questions_per_s"] / base
+                names = list(servers) if turn % 2 == 0 else list(servers)[::-1]
+                for name in names:
+                    level = clients(servers[name].url, questions, n, total, args.max_seconds)
+                    results["clients"][name].append(level)
+                    progress.done(
+                        f"{n} clients, {name}",
+                        f"{level['questions_per_s']:.1f} questions/s, p50 {level['p50_ms']:.0f} ms,"
+                        f" p99 {level['p99_ms']:.0f} ms, {level['errors']} errors,"
+                        f" {level['partial']} partial",
+                    )
+                batch_runs.append(batch_path(config, questions))
+                progress.done("batch path", f"{batch_runs[-1]['questions_per_s']:.1f} questions/s")
+                for levels in results["clients"].values():
+                    around = [batch_runs[-2]["questions_per_s"], batch_runs[-1]["questions_per_s"]]
+                    levels[-1]["batch_questions_per_s"] = float(np.mean(around))
+                    levels[-1]["vs_batch_path"] = levels[-1]["questions_per_s"] / float(np.mean(around))
+            if other:
+                results["window_only_batches"] = other.batches()
+                results["window_only_exit"] = other.stop()
             add = during_add(server.url, questions, args)
             progress.done(
                 "during an add",
@@ -294,6 +315,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             results["server_batches"] = server.batches()
             results["server_exit"] = server.stop()
+            if other and other.proc.poll() is None:
+                other.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     progress.finish()
@@ -352,18 +375,20 @@ def report(r: dict[str, Any]) -> str:
     lines = [
         f"BERT-{r['model_size']} on {r['environment']['cpu']} ({r['environment']['device']}),"
         f" {r['articles']} articles; load average at the start {r['environment']['load_average']}",
-        f"batch path (query --file, batches of {b[0]['batch']}): "
-        + " and ".join(f"{x['questions_per_s']:.1f}" for x in b)
-        + f" questions/s before and after the clients (mean {r['batch_questions_per_s']:.1f})",
+        f"batch path (query --file, batches of {b[0]['batch']}), before and after each level: "
+        + ", ".join(f"{x['questions_per_s']:.1f}" for x in b)
+        + " questions/s",
         "",
-        "| clients | questions/s | vs batch path | p50 ms | p99 ms | errors | partial |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| server | clients | questions/s | vs batch path | p50 ms | p99 ms | errors | partial |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for c in r["clients"]:
-        lines.append(
-            f"| {c['clients']} | {c['questions_per_s']:.1f} | {100 * c['vs_batch_path']:.0f}%"
-            f" | {c['p50_ms']:.0f} | {c['p99_ms']:.0f} | {c['errors']} | {c['partial']} |"
-        )
+    for name, levels in r["clients"].items():
+        for c in levels:
+            lines.append(
+                f"| {name} | {c['clients']} | {c['questions_per_s']:.1f} | {100 * c['vs_batch_path']:.0f}%"
+                f" | {c['p50_ms']:.0f} | {c['p99_ms']:.0f} | {c['errors']} | {c['partial']} |"
+            )
+    lines.append(f"batches: adaptive {r.get('server_batches')}; window only {r.get('window_only_batches')}")
     a = r["during_add"]
     lines += [
         "",
@@ -384,6 +409,12 @@ def main() -> None:
     parser.add_argument("--add-sentences", type=int, default=3, help="sentences per added article (>= 3)")
     parser.add_argument("--add-words", type=int, default=6, help="words per sentence of an added article")
     parser.add_argument("--max-seconds", type=float, default=300.0, help="bound on each phase")
+    parser.add_argument(
+        "--no-window-only",
+        dest="window_only",
+        action="store_false",
+        help="skip the second server that batches with the fixed window alone",
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="where the index is built (default: $TMPDIR)")
     run_benchmark(parser, run, report)
 

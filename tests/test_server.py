@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -123,6 +124,46 @@ def test_concurrent_questions_share_one_encoder_pass(built_index: Config, facts:
     assert searcher[0].passes == [7]  # the bad question was refused before the pass, alone
     assert [r.status_code for r in replies] == [200] * 7 + [422]
     assert [r.json()["answers"][0]["bert_knn"][0]["word"] for r in replies[:7]] == [f.city for f in facts[:7]]
+
+
+def test_clients_coming_back_after_their_answer_are_batched_together(
+    built_index: Config, facts: list[Fact]
+) -> None:
+    """Clients that ask again once answered come back spread out; the batch after a batch of 4 waits for
+    4 questions (up to its patience) instead of splitting them into a pass for the first and one for the
+    rest, which would then alternate. A lone client, after a batch of 1, waits for nobody."""
+    config = built_index.replace(temperature=SHARP)
+    entered, release = threading.Event(), threading.Event()
+    opened: list[Recording] = []
+
+    class Gated(Recording):
+        def answer_batch(self, questions: Sequence[Question]) -> list[Answer]:
+            if len(self.passes) == 1:  # hold the second pass (the batch of 4) until the test says
+                entered.set()
+                assert release.wait(60)
+            return super().answer_batch(questions)
+
+    def open_gated() -> Searcher:
+        s = Gated.open(config)
+        s.passes = []
+        opened.append(s)
+        return s
+
+    settings = ServerSettings(config, max_batch=8, window_s=0.0, patience_s=60.0)
+    questions = [Question(b["question"], b["subject"]) for b in map(born, facts[:8])]
+    with TestClient(create_app(settings, open_searcher=open_gated)) as client:
+        batcher = start(client).app.state.batcher  # type: ignore[attr-defined]
+        alone = batcher.submit(questions[:1], config)
+        assert alone[0].result(timeout=50).bert_knn[0].word == facts[0].city  # no wait for anyone
+        four = batcher.submit(questions[:4], config)
+        assert entered.wait(60)
+        first_back = batcher.submit(questions[4:5], config)  # queued while the batch of 4 runs
+        release.set()
+        assert [f.result(timeout=60).subject for f in four] == [q.subject for q in questions[:4]]
+        rest = [batcher.submit([q], config)[0] for q in questions[5:8]]  # the others, one by one
+        answers = [f.result(timeout=60) for f in first_back + rest]
+    assert opened[0].passes == [1, 4, 4]
+    assert [a.bert_knn[0].word for a in answers] == [f.city for f in facts[4:8]]
 
 
 def test_health_is_ready_only_once_the_model_is_loaded(built_index: Config, facts: list[Fact]) -> None:

@@ -70,6 +70,8 @@ class ServerSettings:
         max_batch: questions per encoder pass at most; None: ``config``'s batch size for the device.
         window_s: how long the first question of a batch waits for others.
         max_queue: questions waiting at most; more are refused (503).
+        patience_s: how long a batch may wait for as many questions as the last one had; None: a quarter
+            of the last pass, at most 0.25 s (see ``batcher``).
     """
 
     config: Config
@@ -78,6 +80,7 @@ class ServerSettings:
     max_batch: int | None = None
     window_s: float = 0.005
     max_queue: int = 4096
+    patience_s: float | None = None
 
 
 def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] | None = None) -> FastAPI:
@@ -93,6 +96,7 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         settings.max_batch,
         settings.window_s,
         settings.max_queue,
+        settings.patience_s,
     )
     writer = Writer(config)
 

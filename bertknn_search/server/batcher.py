@@ -4,6 +4,12 @@ Requests put their questions on a queue and wait on futures. The worker takes th
 up to ``window_s`` for more (at most ``max_batch``), and answers them with ``Searcher.answer_batch``: one
 pass for a batch, where separate requests would each pay for their own. While a batch runs, the next
 questions queue up, so under load batches fill without waiting.
+
+Clients that each wait for their answer before asking again come back a little after their batch ends,
+spread over more than a short window on a busy machine. Taking whoever has come back by then splits them
+into a small batch and a large one that then alternate, each paying a whole pass (on a CPU a pass of one
+question costs most of what a pass of eight does). So a batch waits longer, up to a quarter of the last
+pass, while it holds fewer questions than the last batch had or than were queued when it began.
 """
 
 from __future__ import annotations
@@ -56,6 +62,10 @@ class BatchStats:
 
 
 _STOP = object()
+# How long a batch may wait for the questions it expects: a fraction of the last pass (a bounded share
+# of the latency), and never more than MAX_PATIENCE_S.
+PATIENCE_FRACTION = 0.25
+MAX_PATIENCE_S = 0.25
 
 
 class MicroBatcher:
@@ -66,14 +76,24 @@ class MicroBatcher:
         max_batch: questions per encoder pass at most; None: the Config's batch size for the device.
         window_s: how long the first question of a batch waits for others.
         max_queue: questions waiting at most; more are refused with ``Busy``.
+        patience_s: how long a batch may wait for the questions it expects (see the module's docstring);
+            None: ``PATIENCE_FRACTION`` of the last pass, at most ``MAX_PATIENCE_S``.
     """
 
     def __init__(
-        self, open_searcher: Callable[[], Searcher], max_batch: int | None, window_s: float, max_queue: int
+        self,
+        open_searcher: Callable[[], Searcher],
+        max_batch: int | None,
+        window_s: float,
+        max_queue: int,
+        patience_s: float | None = None,
     ) -> None:
         self._open = open_searcher
         self.max_batch = max_batch
         self.window_s = window_s
+        self.patience_s = patience_s
+        self._last_batch = 0
+        self._last_pass_s = 0.0
         self._queue: queue.Queue[_Job | object] = queue.Queue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="batcher", daemon=True)
         self.ready = threading.Event()
@@ -144,10 +164,18 @@ class MicroBatcher:
         if first is _STOP:
             return None
         batch = [first]
-        deadline = time.monotonic() + self.window_s
-        while len(batch) < (self.max_batch or 1):
+        started = time.monotonic()
+        deadline = started + self.window_s
+        limit = self.max_batch or 1
+        expected = min(max(self._queue.qsize() + 1, self._last_batch), limit)
+        patience = self.patience_s
+        if patience is None:
+            patience = min(PATIENCE_FRACTION * self._last_pass_s, MAX_PATIENCE_S)
+        patient = max(deadline, started + patience)
+        while len(batch) < limit:
+            until = deadline if len(batch) >= expected else patient
             try:
-                job = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
+                job = self._queue.get(timeout=max(until - time.monotonic(), 0.0))
             except queue.Empty:
                 break
             if job is _STOP:
@@ -157,6 +185,14 @@ class MicroBatcher:
         return [job for job in batch if isinstance(job, _Job) and job.future.set_running_or_notify_cancel()]
 
     def _answer(self, batch: list[_Job]) -> None:
+        started = time.monotonic()
+        try:
+            self._answer_groups(batch)
+        finally:
+            self._last_batch = len(batch)
+            self._last_pass_s = time.monotonic() - started
+
+    def _answer_groups(self, batch: list[_Job]) -> None:
         self.stats.batches += 1
         self.stats.questions += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
