@@ -4,9 +4,13 @@
    synthetic``: query cost depends on the number of keys, not their values) for a random BERT-shaped model.
 2. Batch path: ``Searcher.answer_batch`` in batches of the Config's batch size (128 on a CPU), exactly
    the loop ``query --file`` runs, in this process, after a warm-up; the model load is not counted.
-3. Starts ``bertknn-search serve`` on 127.0.0.1 (a free port) and runs 1, 8 and 32 clients, each a
-   thread with one keep-alive connection sending one question a request and waiting for the answer.
-   Questions/s over the wall time, and p50/p99 of the request latency.
+3. Starts ``bertknn-search serve`` on 127.0.0.1 (a free port), and the same command with the batcher's
+   fixed window alone (``--no-window-only`` skips it), and runs 1, 8 and 32 clients, each a thread with
+   one keep-alive connection sending one question a request and waiting for the answer; 8 and 32 clients
+   twice on each server, in the order A B B A. Questions/s over the wall time, p50/p99 of the request
+   latency, and the server's passes (mean batch). The batch path runs again after each level, and each
+   level is compared with the mean of the batch runs before and after it: the load of a shared machine
+   drifts within minutes.
 4. While 8 clients keep asking (half of them about the articles being added), adds ``--add`` new short
    articles in one ``POST /articles``. Every reply is checked: an error is a non-200; a partial answer is
    one whose rankings are short, whose own article is missing for a stored subject, or whose evidence
