@@ -175,7 +175,7 @@ def render_comparison(comparison: Comparison) -> str:
     missing = [m for m in _unavailable(comparison) if m in comparison.models]
     if missing:
         named = [r["name"] for r in comparison.runs if set(missing) & set(r.get("unavailable", []))]
-        note += f" Runs {', '.join(named)}: {unavailable_note(missing)}"
+        note += f" {unavailable_note(missing)} (runs: {', '.join(named)})"
     if any(r.kind == "aggregate" for r in comparison.rows):
         note += " LAMA is the paper's figure: T-REx and Google-RE relations together."
     lines += [note, ""]
