@@ -163,12 +163,20 @@ def render_summary(summary: Any, verb: str) -> str:
         verb: "ingested" or "added".
     """
     s = summary
-    return (
+    line = (
         f"{verb} {s.articles:,} articles ({s.replaced:,} replaced, {s.already_stored:,} already stored,"
         f" {s.empty:,} empty skipped, {s.duplicates:,} duplicate ids): {s.sentences:,} sentences,"
         f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s)"
         f" into {s.location}"
     )
+    windowed = getattr(s, "windowed", 0)
+    if windowed:
+        # Said once, here, instead of the tokenizer's warning in the middle of the progress bar.
+        line += (
+            f"; {windowed:,} {'sentence' if windowed == 1 else 'sentences'} longer than --max-length"
+            f" ({s.max_length:,} tokens) encoded as windows of that length around each masked word"
+        )
+    return line
 
 
 def human_bytes(n: float) -> str:
