@@ -94,7 +94,7 @@ def render_stats(stats: IndexStats) -> str:
         ("layer", str(m.layer)),
         ("dim", str(m.dim)),
         ("vocab size", f"{m.vocab_size:,}"),
-        ("mlm head", _head(stats.model_has_head)),
+        ("mlm head", _head(stats.mlm_head)),
         ("mask policy", m.mask_policy),
         ("store dtype", m.store_dtype),
         ("precision", m.precision),

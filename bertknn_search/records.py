@@ -91,7 +91,7 @@ class IndexStats:
     estimated_contexts: int = 0
     model_max_length: int | None = None  # the model's own input limit, where its config is on disk here
     # Whether the index's model has a masked-LM head (None: its files are not on disk here to tell).
-    model_has_head: bool | None = None
+    mlm_head: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -166,5 +166,5 @@ def index_stats(config: Config) -> IndexStats:
         backend.close()
     model = stats.meta.model
     return dataclasses.replace(
-        stats, model_max_length=model_max_length(model), model_has_head=model_has_head(model)
+        stats, model_max_length=model_max_length(model), mlm_head=model_has_head(model)
     )

@@ -125,10 +125,10 @@ def test_answer_json_round_trips_through_the_server_client(headless_index: Path)
 
 def test_stats_says_whether_the_model_has_a_head(headless_index: Path, built_index: object) -> None:
     r = run("stats", "--index", headless_index, "--json")
-    assert json.loads(r.output)["model_has_head"] is False
+    assert json.loads(r.output)["mlm_head"] is False
     assert "mlm head          no: answers are kNN alone" in run("stats", "--index", headless_index).output
     r = run("stats", "--index", built_index.index, "--json")  # type: ignore[attr-defined]
-    assert json.loads(r.output)["model_has_head"] is True
+    assert json.loads(r.output)["mlm_head"] is True
 
 
 def _facts_file(facts: list[demo.Fact], path: Path) -> Path:
