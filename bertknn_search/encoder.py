@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import urllib.error
 import urllib.request
 import warnings
@@ -215,19 +216,79 @@ def model_max_length(name: str) -> int | None:
 
     Reads the JSON directly: ``stats`` should not wait for transformers to import.
     """
-    from huggingface_hub import try_to_load_from_cache
-
-    path: Any = Path(name) / "config.json"
-    if not path.is_file():
-        try:
-            path = try_to_load_from_cache(name, "config.json")
-        except ValueError:
-            return None
+    path = _config_path(name)
+    if path is None:
+        return None
     try:
-        limit = json.loads(Path(path).read_text(encoding="utf-8")).get("max_position_embeddings")
+        limit = json.loads(path.read_text(encoding="utf-8")).get("max_position_embeddings")
     except (TypeError, OSError, ValueError, AttributeError):
         return None
     return limit if isinstance(limit, int) else None
+
+
+# Architectures whose checkpoints carry a masked-LM head (``BertForPreTraining`` holds BERT's as well).
+# Any other named architecture (``BertModel``, ``BertForSequenceClassification``) has none.
+MLM_ARCHITECTURE_MARKS = ("MaskedLM", "ForPreTraining")
+# Weight names of masked-LM heads (BERT and ALBERT's ``predictions``, RoBERTa's ``lm_head``, DistilBERT's
+# ``vocab_projector``), for telling from a checkpoint's file alone whether it holds one.
+HEAD_WEIGHT_MARKS = ("cls.predictions.", "lm_head.", "predictions.", "vocab_projector.", "vocab_transform.")
+
+
+def architectures_have_head(architectures: Sequence[str] | None) -> bool | None:
+    """What a config's ``architectures`` say of an MLM head: True, False, or None when it names none."""
+    if not architectures:
+        return None
+    return any(mark in name for name in architectures for mark in MLM_ARCHITECTURE_MARKS)
+
+
+def model_has_head(name: str) -> bool | None:
+    """Whether model ``name``'s files on disk hold a masked-LM head, read without loading it (for ``stats``).
+
+    The config's ``architectures`` decide a "no"; a "yes" is checked against the weight names in a
+    safetensors file when there is one (a ``BertForMaskedLM`` config over encoder-only weights is a no).
+
+    Returns:
+        True or False; None when the config is not on disk here or names no architecture.
+    """
+    config = _config_path(name)
+    if config is None:
+        return None
+    try:
+        verdict = architectures_have_head(json.loads(config.read_text(encoding="utf-8")).get("architectures"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    weights = config.parent / "model.safetensors"
+    if verdict and weights.is_file():
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(weights), framework="numpy") as handle:
+                keys = list(handle.keys())
+        except (OSError, ValueError, RuntimeError):
+            return verdict
+        return any(mark in key for key in keys for mark in HEAD_WEIGHT_MARKS)
+    return verdict
+
+
+def _config_path(name: str) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    path: Any = Path(name) / "config.json"
+    if path.is_file():
+        return Path(path)
+    try:
+        path = try_to_load_from_cache(name, "config.json")
+    except ValueError:
+        return None
+    return Path(path) if isinstance(path, str) else None
+
+
+def no_head_line(model: str, why: str) -> str:
+    """The one line said when a model without an MLM head is loaded."""
+    return (
+        f"model {model} has no masked-LM head ({why}): answers are kNN alone (λ=1), and the BERT"
+        " column is n/a; a model saved with its MLM head (e.g. BertForMaskedLM) gives all three"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -270,8 +331,15 @@ class Encoder:
         if self.tokenizer.mask_token_id is None:
             raise ModelLoadError(f"model {model!r} has no mask token; a masked language model is needed")
         self.max_length = min(max_length, int(getattr(self.model_config, "max_position_embeddings", 512)))
+        # Sentences longer than the model takes are windowed around each mask (ingest.contexts) and a
+        # question that long is refused, so the tokenizer's own "sequence length is longer than the
+        # specified maximum" warning says nothing a user can act on: its limit is lifted.
+        self.tokenizer.model_max_length = sys.maxsize
         # Read once: during ingest another thread tokenizes, and the Rust tokenizer is not to be shared.
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        # What the config says of an MLM head; the weights have the last word when they load (``mlm``).
+        self._head_in_config = architectures_have_head(getattr(self.model_config, "architectures", None))
+        self._head_missing: list[str] = []
 
     # -- facts about the model -------------------------------------------------------------------
     @property
@@ -309,18 +377,41 @@ class Encoder:
     def n_layers(self) -> int:
         return int(self.model_config.num_hidden_layers)
 
+    @property
+    def has_head(self) -> bool:
+        """Whether the model has a trained masked-LM head (loads the weights, which decide it).
+
+        A checkpoint saved without one (``BertModel``, a sentence encoder) would get a randomly
+        initialised head from ``AutoModelForMaskedLM``: its p_BERT would be noise. Such a model gives no
+        p_BERT (``query`` returns None for it) and BERT-kNN is kNN alone.
+        """
+        self.mlm  # noqa: B018 (the load fills _head_missing)
+        return self._head_in_config is not False and not self._head_missing
+
+    def _no_head_reason(self) -> str | None:
+        if self._head_in_config is False:
+            names = ", ".join(getattr(self.model_config, "architectures", None) or [])
+            return f"its config names {names}"
+        if self._head_missing:
+            return f"its weights lack {', '.join(self._head_missing[:2])}" + (
+                ", ..." if len(self._head_missing) > 2 else ""
+            )
+        return None
+
     # -- the two views -----------------------------------------------------------------------------
-    def _load(self, **overrides: Any) -> Any:
+    def _load(self, **overrides: Any) -> tuple[Any, list[str]]:
+        """The model, and the names of the head's weights the checkpoint lacks (randomly initialised)."""
         from transformers import AutoModelForMaskedLM
         from transformers.utils import logging as hf_logging
 
-        # A model cut short (the trunk's fallback) leaves the top blocks unloaded; the load report would
-        # list them as "unexpected" keys, which is noise to a user, so it is silenced for the load alone.
+        # The load report lists the weights a checkpoint lacks (a head-less one: the MLM head's) or has
+        # beyond the model (a model cut short: the top blocks). The head is judged below and said once in
+        # this project's words; the report is noise to a user, so it is silenced for the load alone.
         verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         try:
-            model = self._from_pretrained(AutoModelForMaskedLM, overrides)
+            model, info = self._from_pretrained(AutoModelForMaskedLM, overrides)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"cannot load weights of {self.model_name!r}: {_first_line(exc)}") from exc
         finally:
@@ -330,10 +421,17 @@ class Encoder:
         model = model.to(self.placement.device).eval()
         if self.precision == "int8":
             _quantize_blocks(model.base_model)
-        return model
+        base = f"{model.base_model_prefix}."
+        missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(base))
+        return model, missing
 
-    def _from_pretrained(self, loader: Any, overrides: dict[str, Any]) -> Any:
-        kwargs = {"attn_implementation": "sdpa", "dtype": self.placement.dtype, **overrides}
+    def _from_pretrained(self, loader: Any, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        kwargs = {
+            "attn_implementation": "sdpa",
+            "dtype": self.placement.dtype,
+            "output_loading_info": True,
+            **overrides,
+        }
         if self.source == HUB:
             return loader.from_pretrained(self.model_name, **kwargs)
         try:
@@ -347,8 +445,15 @@ class Encoder:
 
     @cached_property
     def mlm(self) -> Any:
-        """The whole masked LM."""
-        return self._load()
+        """The whole masked LM (its head randomly initialised where the checkpoint has none: unused)."""
+        model, self._head_missing = self._load()
+        why = self._no_head_reason()
+        if why is not None:
+            # tqdm.write: the model loads while an ingest or eval progress bar may be on screen.
+            from tqdm import tqdm
+
+            tqdm.write(no_head_line(self.model_name, why), file=sys.stderr)
+        return model
 
     @cached_property
     def trunk(self) -> Any:
@@ -358,7 +463,7 @@ class Encoder:
         load, and nothing to run); a model whose block list cannot be found is loaded cut short instead.
         """
         view = first_blocks(self.mlm.base_model, self.layer)
-        return view if view is not None else self._load(num_hidden_layers=self.layer).base_model
+        return view if view is not None else self._load(num_hidden_layers=self.layer)[0].base_model
 
     @cached_property
     def _head(self) -> Any | None:
@@ -461,26 +566,31 @@ class Encoder:
             raise QuestionError(f"the question is {len(ids)} tokens long; the model takes {self.max_length}")
         return list(ids)
 
-    def query(self, questions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def query(self, questions: Sequence[str]) -> tuple[np.ndarray, np.ndarray | None]:
         """Query states and p_BERT for a batch of cloze questions.
 
         Returns:
             states: (B, dim) float32, hidden state of block ``layer`` at [MASK].
-            p_bert: (B, vocab_size) float32, softmax of the MLM logits at [MASK] over the whole vocabulary.
+            p_bert: (B, vocab_size) float32, softmax of the MLM logits at [MASK] over the whole vocabulary;
+                None for a model without an MLM head (``has_head``), whose states come from the trunk.
         """
         import torch
 
         rows = [self.prepare(q) for q in questions]
+        empty_p = np.zeros((0, self.vocab_size), np.float32) if self.has_head else None
         if not rows:
-            return np.zeros((0, self.dim), np.float32), np.zeros((0, self.vocab_size), np.float32)
+            return np.zeros((0, self.dim), np.float32), empty_p
         mask_id = self.tokenizer.mask_token_id
         positions = [row.index(mask_id) for row in rows]
         ids, attention = self._pad(rows)
         dev = self.placement.device
+        pos = torch.as_tensor(positions, device=dev)
         with torch.inference_mode():
-            states, logits = self._states_and_logits(
-                ids.to(dev), attention.to(dev), torch.as_tensor(positions, device=dev)
-            )
+            if not self.has_head:
+                out = self.trunk(input_ids=ids.to(dev), attention_mask=attention.to(dev))
+                states = out.last_hidden_state[torch.arange(len(rows), device=dev), pos]
+                return states.float().cpu().numpy(), None
+            states, logits = self._states_and_logits(ids.to(dev), attention.to(dev), pos)
             p_bert = torch.softmax(logits.float(), dim=-1)
         return states.float().cpu().numpy(), p_bert.cpu().numpy()
 

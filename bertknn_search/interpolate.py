@@ -5,20 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 
-def interpolate(p_knn: np.ndarray, p_bert: np.ndarray, lam: float) -> np.ndarray:
+def interpolate(p_knn: np.ndarray, p_bert: np.ndarray | None, lam: float) -> np.ndarray:
     """p = λ·p_kNN + (1−λ)·p_BERT, in probability space.
 
     With no neighbours (p_kNN all zero, e.g. the IR step found nothing) BERT-kNN falls back to BERT
-    rather than shrinking every probability by (1−λ).
+    rather than shrinking every probability by (1−λ). A model without an MLM head has no p_BERT: λ is 1
+    whatever was asked, never a mix with a random head's output.
 
     Args:
         p_knn: (V,) kNN distribution, or zeros.
-        p_bert: (V,) masked-LM distribution.
+        p_bert: (V,) masked-LM distribution; None when the model has no MLM head.
         lam: the paper's λ in [0, 1].
 
     Returns:
         (V,) float64.
     """
+    if p_bert is None:
+        return p_knn.astype(np.float64)
     if not p_knn.any():
         return p_bert.astype(np.float64)
     return lam * p_knn.astype(np.float64) + (1.0 - lam) * p_bert.astype(np.float64)

@@ -47,12 +47,15 @@ def render_answer(answer: Answer, top: int) -> str:
             for name, a in zip(named, answer.articles)
         )
         lines.append(f"articles: {arts}")
-    else:
-        lines.append("articles: none found; BERT-kNN falls back to BERT" if answer.n_neighbors == 0 else "")
+    elif answer.n_neighbors == 0:
+        fallback = "BERT-kNN falls back to BERT" if answer.bert_available else "no answer without BERT"
+        lines.append(f"articles: none found; {fallback}")
     lines.append(f"neighbours: {answer.n_neighbors}")
     lines.append(f"{'#':>3}  {'BERT-kNN':<24}{'BERT':<24}{'kNN':<24}")
     for i in range(top):
-        cells = [_cell(ranking, i) for ranking in (answer.bert_knn, answer.bert, answer.knn)]
+        cells = [_cell(ranking, i) for ranking in (answer.bert_knn, answer.bert or [], answer.knn)]
+        if not answer.bert_available and i == 0:
+            cells[1] = NO_HEAD_CELL
         if not any(cells):
             break
         lines.append(f"{i + 1:>3}  " + "".join(f"{c:<24}" for c in cells))
@@ -62,6 +65,10 @@ def render_answer(answer: Answer, top: int) -> str:
             marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
             lines.append(f"  - {marked}  ({s.title}, d²={s.distance:.2f})")
     return "\n".join(line for line in lines if line)
+
+
+# The BERT column of a model without an MLM head: marked, never a ranking from a random head.
+NO_HEAD_CELL = "n/a (no MLM head)"
 
 
 def _cell(ranking: list[Prediction], i: int) -> str:
@@ -87,6 +94,7 @@ def render_stats(stats: IndexStats) -> str:
         ("layer", str(m.layer)),
         ("dim", str(m.dim)),
         ("vocab size", f"{m.vocab_size:,}"),
+        ("mlm head", _head(stats.mlm_head)),
         ("mask policy", m.mask_policy),
         ("store dtype", m.store_dtype),
         ("precision", m.precision),
@@ -103,6 +111,12 @@ def render_stats(stats: IndexStats) -> str:
             ("eager estimate", _estimate(stats.estimated_contexts)),
         ]
     return "\n".join(f"{k:<18}{v}" for k, v in rows)
+
+
+def _head(has_head: bool | None) -> str:
+    if has_head is None:
+        return "unknown (the model's files are not on disk here)"
+    return "yes" if has_head else "no: answers are kNN alone, BERT is n/a"
 
 
 def _estimate(contexts: int) -> str:
@@ -149,12 +163,20 @@ def render_summary(summary: Any, verb: str) -> str:
         verb: "ingested" or "added".
     """
     s = summary
-    return (
+    line = (
         f"{verb} {s.articles:,} articles ({s.replaced:,} replaced, {s.already_stored:,} already stored,"
         f" {s.empty:,} empty skipped, {s.duplicates:,} duplicate ids): {s.sentences:,} sentences,"
         f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s)"
         f" into {s.location}"
     )
+    windowed = getattr(s, "windowed", 0)
+    if windowed:
+        # Said once, here, instead of the tokenizer's warning in the middle of the progress bar.
+        line += (
+            f"; {windowed:,} {'sentence' if windowed == 1 else 'sentences'} longer than --max-length"
+            f" ({s.max_length:,} tokens) encoded as windows of that length around each masked word"
+        )
+    return line
 
 
 def human_bytes(n: float) -> str:

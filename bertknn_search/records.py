@@ -90,6 +90,8 @@ class IndexStats:
     # the encoded articles' contexts per character of text (0 until one is encoded).
     estimated_contexts: int = 0
     model_max_length: int | None = None  # the model's own input limit, where its config is on disk here
+    # Whether the index's model has a masked-LM head (None: its files are not on disk here to tell).
+    mlm_head: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -167,13 +169,18 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Answer:
-    """What a query returns: the three rankings, the articles used and the evidence."""
+    """What a query returns: the three rankings, the articles used and the evidence.
+
+    ``bert`` is None and ``bert_available`` False for a model without an MLM head: there is no BERT
+    ranking, and ``bert_knn`` is the kNN ranking (λ=1).
+    """
 
     question: str
     subject: str | None
     articles: list[ArticleHit]
     bert_knn: list[Prediction]
-    bert: list[Prediction]
+    bert: list[Prediction] | None
     knn: list[Prediction]
     evidence: list[Evidence]
     n_neighbors: int
+    bert_available: bool = True

@@ -40,12 +40,13 @@ class Scored:
     Attributes:
         hits: the articles searched; None in no-IR mode.
         neighbors: the k nearest contexts.
-        p_bert, p_knn, p: (V,) distributions; p_knn is all zeros without neighbours.
+        p_bert, p_knn, p: (V,) distributions; p_knn is all zeros without neighbours, p_bert None for a
+            model without an MLM head (p is then p_knn).
     """
 
     hits: list[ArticleHit] | None
     neighbors: Neighbors
-    p_bert: np.ndarray
+    p_bert: np.ndarray | None
     p_knn: np.ndarray
     p: np.ndarray
 
@@ -88,8 +89,8 @@ class Searcher:
         """The articles whose contexts are searched (the subject's own article, else BM25 top-N)."""
         return retrieve(self.backend, question, n or self.config.n_articles)
 
-    def encode(self, questions: Sequence[Question]) -> tuple[np.ndarray, np.ndarray]:
-        """Query states (B, dim) float32 at ``layer`` and p_BERT (B, V) float32."""
+    def encode(self, questions: Sequence[Question]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Query states (B, dim) float32 at ``layer`` and p_BERT (B, V) float32 (None: no MLM head)."""
         return self.encoder.query([q.text for q in questions])
 
     def neighbors(
@@ -131,7 +132,7 @@ class Searcher:
         # One call for the whole batch, so a lazy index encodes every missing article in one pass.
         self.backend.ensure_contexts(sorted({h.id for hits in found for h in hits or []}))
         scored = []
-        for state, pb, hits in zip(states, p_bert, found):
+        for state, pb, hits in zip(states, p_bert if p_bert is not None else [None] * len(states), found):
             nb = self.neighbors(state, hits, cfg.k)
             squared = cfg.distance == "squared-l2"
             p_knn = knn_probs(nb.distances, nb.token_ids, self.encoder.vocab_size, cfg.temperature, squared)
@@ -151,10 +152,11 @@ class Searcher:
                 subject=q.subject,
                 articles=list(s.hits or []),
                 bert_knn=self._predictions(s.p),
-                bert=self._predictions(s.p_bert),
+                bert=None if s.p_bert is None else self._predictions(s.p_bert),
                 knn=self._predictions(s.p_knn),
                 evidence=[],
                 n_neighbors=len(s.neighbors),
+                bert_available=s.p_bert is not None,
             )
             answers.append(_with_evidence(answer, s.neighbors, self.backend))
         return answers

@@ -154,13 +154,17 @@ def open_index(
 
 
 def index_stats(config: Config) -> IndexStats:
-    """What the index holds, with the model's own input limit when its config can be read offline."""
+    """What the index holds, with the model's own input limit and whether it has an MLM head, when its
+    files can be read offline."""
     from bertknn_search.backends import open_backend
-    from bertknn_search.encoder import model_max_length
+    from bertknn_search.encoder import model_has_head, model_max_length
 
     backend = open_backend(config)
     try:
         stats = backend.stats()
     finally:
         backend.close()
-    return dataclasses.replace(stats, model_max_length=model_max_length(stats.meta.model))
+    model = stats.meta.model
+    return dataclasses.replace(
+        stats, model_max_length=model_max_length(model), mlm_head=model_has_head(model)
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.eval.metrics import MODELS
-from bertknn_search.eval.report import COLORS, label, pct, table
+from bertknn_search.eval.report import COLORS, NA, label, pct, table, unavailable_note
 
 # Settings columns of the runs table: (title, where it is in results.json's meta).
 RUN_COLUMNS = (
@@ -34,7 +34,8 @@ class Row:
         name: relation id, corpus or aggregate name.
         facts: facts read (from the first run that has the row).
         relations: relations in the mean (1 for a relation row).
-        precision: run -> model -> mean P@k in [0, 1], None where the run has no scored fact there.
+        precision: run -> model -> mean P@k in [0, 1], None where the run has no scored fact there or
+            cannot rank with that model (see ``Comparison.runs``' "unavailable").
     """
 
     kind: str
@@ -47,7 +48,11 @@ class Row:
 
 @dataclass(frozen=True)
 class Comparison:
-    """What ``compare_runs`` returns: the runs' settings and the rows, relations first."""
+    """What ``compare_runs`` returns: the runs' settings and the rows, relations first.
+
+    Each run's settings hold "unavailable": the models it could not rank with (["bert"] for a model
+    without an MLM head), shown as "n/a" rather than as a score.
+    """
 
     k: int
     models: list[str]
@@ -107,7 +112,12 @@ def _settings(payload: Mapping[str, Any]) -> dict[str, Any]:
             value = value.get(part) if isinstance(value, Mapping) else None
         found[title] = value
     found["Facts scored"] = sum(s["scored"] for s in payload["corpora"])
+    found["unavailable"] = list(meta.get("unavailable_models") or [])
     return found
+
+
+def _unavailable(comparison: Comparison) -> list[str]:
+    return list(dict.fromkeys(m for run in comparison.runs for m in run.get("unavailable", [])))
 
 
 def _cell(value: Any) -> str:
@@ -133,8 +143,17 @@ def _headers(comparison: Comparison) -> list[str]:
 
 def _cells(row: Row, comparison: Comparison) -> list[str]:
     return [
-        pct(row.precision.get(run["name"], {}).get(m)) for run in comparison.runs for m in comparison.models
+        NA if m in run.get("unavailable", []) else pct(row.precision.get(run["name"], {}).get(m))
+        for run in comparison.runs
+        for m in comparison.models
     ]
+
+
+def _run_cell(run: Mapping[str, Any], title: str) -> str:
+    # λ weighs BERT against kNN: without BERT there is nothing to weigh.
+    if title == "λ" and "bert" in run.get("unavailable", []):
+        return NA
+    return _cell(run[title])
 
 
 def _row_names(row: Row) -> tuple[str, str]:
@@ -150,9 +169,13 @@ def render_comparison(comparison: Comparison) -> str:
     k = comparison.k
     lines = [f"# BERT-kNN runs compared: mean P@{k} in %", ""]
     header = ["Run", *(title for title, _ in RUN_COLUMNS), "Facts scored"]
-    runs = [[r["name"], *(_cell(r[title]) for title in header[1:])] for r in comparison.runs]
+    runs = [[r["name"], *(_run_cell(r, title) for title in header[1:])] for r in comparison.runs]
     lines += [*table(header, runs, 5), ""]
     note = f"Mean P@{k} in %: per relation over its facts, then macro averages over relations (bold)."
+    missing = [m for m in _unavailable(comparison) if m in comparison.models]
+    if missing:
+        named = [r["name"] for r in comparison.runs if set(missing) & set(r.get("unavailable", []))]
+        note += f" {unavailable_note(missing)} (runs: {', '.join(named)})"
     if any(r.kind == "aggregate" for r in comparison.rows):
         note += " LAMA is the paper's figure: T-REx and Google-RE relations together."
     lines += [note, ""]
@@ -191,7 +214,7 @@ def render_latex(comparison: Comparison) -> str:
 
 
 def _describe(run: Mapping[str, Any]) -> str:
-    return f"{run['name']}: " + ", ".join(f"{title} {_cell(run[title])}" for title, _ in RUN_COLUMNS)
+    return f"{run['name']}: " + ", ".join(f"{title} {_run_cell(run, title)}" for title, _ in RUN_COLUMNS)
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> None:
@@ -203,14 +226,24 @@ def plot_comparison(comparison: Comparison, path: Path) -> None:
     fig = Figure(figsize=(max(4.0, 1.2 * len(runs) + 1.5) * max(len(panels), 1), 3.8), layout="constrained")
     axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
     width = 0.8 / len(comparison.models)
+    unavailable = {r["name"]: r.get("unavailable", []) for r in comparison.runs}
     for ax, row in zip(axes, panels):
         for i, model in enumerate(comparison.models):
             xs = [j + (i - (len(comparison.models) - 1) / 2) * width for j in range(len(runs))]
-            heights = [100 * (row.precision.get(run, {}).get(model) or 0.0) for run in runs]
+            # NaN draws no bar: a run that cannot rank with a model has none, rather than one of 0.
+            values = [row.precision.get(run, {}).get(model) for run in runs]
+            heights = [
+                float("nan") if model in unavailable[run] else 100 * (value or 0.0)
+                for run, value in zip(runs, values)
+            ]
             ax.bar(xs, heights, width, label=label(model), color=COLORS.get(model, f"C{3 + i}"))
         ax.set_xticks(range(len(runs)), runs, rotation=30, ha="right", fontsize=7)
         ax.set_ylim(0, 100)
         ax.set_title(f"{row.name} ({row.relations} rel.)", fontsize=9)
+    missing = [m for m in _unavailable(comparison) if m in comparison.models]
+    if missing:
+        names = ", ".join(label(m) for m in missing)
+        fig.suptitle(f"{names}: n/a in some runs (no masked-LM head)", fontsize=8)
     axes[0].set_ylabel(f"mean P@{comparison.k} (%)")
     if panels:
         axes[0].legend(fontsize=8)

@@ -89,7 +89,7 @@ def grid_search(
     with tqdm(total=len(ready), disable=not progress, desc="grid") as bar:
         for batch in batches(ready, size):
             states, p_bert = searcher.encode([p.question for p in batch])
-            for item, state, pb in zip(batch, states, p_bert):
+            for item, state, pb in zip(batch, states, [None] * len(batch) if p_bert is None else p_bert):
                 scored[j] = _fact_hits(searcher, item, state, pb, values, config, allowed, hits[..., j])
                 j += 1
             bar.update(len(batch))
@@ -129,7 +129,7 @@ def _fact_hits(
     searcher: Searcher,
     item: Prepared,
     state: np.ndarray,
-    p_bert: np.ndarray,
+    p_bert: np.ndarray | None,
     values: dict[str, list[Any]],
     config: Config,
     allowed: np.ndarray | None,
@@ -140,7 +140,7 @@ def _fact_hits(
     lams = np.asarray(values["lam"], dtype=np.float64)[:, None]
     vocab_size, squared = searcher.encoder.vocab_size, config.distance == "squared-l2"
     top = searcher.retrieve(item.question, max(ns)) if config.use_ir else None
-    pb = p_bert.astype(np.float64)[None, :]
+    pb = None if p_bert is None else p_bert.astype(np.float64)[None, :]
     cache: dict[tuple[str, ...] | None, Neighbors] = {}
     for a, n in enumerate(ns):
         hits = None if top is None else top[:n]
@@ -151,8 +151,12 @@ def _fact_hits(
         for b, k in enumerate(ks):
             for c, temp in enumerate(temps):
                 p_knn = knn_probs(nb.distances[:k], nb.token_ids[:k], vocab_size, temp, squared)
-                # interpolate() falls back to BERT when there are no neighbours; so does this.
-                p = lams * p_knn + (1 - lams) * pb if p_knn.any() else np.repeat(pb, len(lams), axis=0)
+                # interpolate() falls back to BERT when there are no neighbours, and is kNN alone for a
+                # model without an MLM head (every λ alike); so does this.
+                if pb is None:
+                    p = np.repeat(p_knn[None, :], len(lams), axis=0)
+                else:
+                    p = lams * p_knn + (1 - lams) * pb if p_knn.any() else np.repeat(pb, len(lams), axis=0)
                 out[a, b, c, :] = top1_hits(p, item.gold, allowed)
     return any(len(nb) > 0 for nb in cache.values())
 

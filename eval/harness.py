@@ -160,7 +160,8 @@ def evaluate(
     out_dir.mkdir(parents=True, exist_ok=True)
     held_before = searcher.backend.stats().contexts
     allowed = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
-    run = _run_settings(searcher, config, allowed)
+    models = available_models(searcher)
+    run = _run_settings(searcher, config, allowed, models)
     done = _open_checkpoint(out_dir, run, resume)
     resumed = sum(f.key in done for f in facts)
     ready, skipped = prepare(searcher, facts, allowed)
@@ -180,7 +181,7 @@ def evaluate(
             done.update({line["key"]: line for line in lines})
             bar.update(len(batch))
     rows = [_fact_result(done[f.key]) for f in facts]
-    scores = macro_average(rows, no_article_wrong=no_article_wrong)
+    scores = macro_average(rows, models, no_article_wrong=no_article_wrong)
     after = searcher.backend.stats()
     datastore = {
         "contexts_mode": after.meta.contexts,
@@ -194,6 +195,7 @@ def evaluate(
     store = {"mask_policy": m.mask_policy, "store_dtype": m.store_dtype, "max_length": m.max_length}
     meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong, "store": store}
     meta["datastore"] = datastore
+    meta["unavailable_models"] = [m for m in MODELS if m not in models]
     report = write_report(scores, out_dir, meta)
     return EvalResult(scores, report, path, len(facts), len(todo), resumed, datastore)
 
@@ -207,7 +209,8 @@ def _rank_batch(
     for item, scored in zip(batch, searcher.score_batch([p.question for p in batch], config)):
         hits, nb = scored.hits, scored.neighbors
         dists = {"bert": scored.p_bert, "knn": scored.p_knn, "bert_knn": scored.p}
-        ranked = {m: rank(p, top, allowed)[0].tolist() for m, p in dists.items()}
+        # A model without an MLM head has no p_BERT: its BERT column is left out, not scored as wrong.
+        ranked = {m: rank(p, top, allowed)[0].tolist() for m, p in dists.items() if p is not None}
         ranks = {
             m: next((i for i, t in enumerate(ids, 1) if t in item.gold), None) for m, ids in ranked.items()
         }
@@ -253,7 +256,14 @@ def _append(out: Any, lines: list[dict[str, Any]]) -> None:
         os.fsync(out.fileno())
 
 
-def _run_settings(searcher: Searcher, config: Config, allowed: np.ndarray | None) -> dict[str, Any]:
+def available_models(searcher: Searcher) -> tuple[str, ...]:
+    """The rankings the searcher's model gives: all of ``MODELS``, or no "bert" without an MLM head."""
+    return MODELS if searcher.encoder.has_head else tuple(m for m in MODELS if m != "bert")
+
+
+def _run_settings(
+    searcher: Searcher, config: Config, allowed: np.ndarray | None, models: Sequence[str]
+) -> dict[str, Any]:
     return {
         "model": searcher.encoder.model_name,
         "layer": searcher.encoder.layer,
@@ -261,7 +271,7 @@ def _run_settings(searcher: Searcher, config: Config, allowed: np.ndarray | None
         "index": str(searcher.config.index),
         "settings": config.method_settings(),
         "common_vocab": None if allowed is None else int(allowed.sum()),
-        "models": list(MODELS),
+        "models": list(models),
     }
 
 

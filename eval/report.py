@@ -15,6 +15,12 @@ LABELS = {"bert": "BERT", "knn": "kNN", "bert_knn": "BERT-kNN"}
 COLORS = {"bert": "C0", "knn": "C1", "bert_knn": "C2"}  # one colour per model across both plots
 # Bars of the popularity plot: the parametric model against the interpolation (PopQA's comparison).
 POPULARITY_MODELS = ("bert", "bert_knn")
+# A cell of a ranking the model cannot give (BERT of a checkpoint without an MLM head): not 0.0.
+NA = "n/a"
+UNAVAILABLE_NOTES = {
+    "bert": "BERT is n/a: the model has no masked-LM head, so there is no BERT ranking and BERT-kNN is kNN "
+    "alone (λ=1)."
+}
 
 
 def write_report(
@@ -38,13 +44,26 @@ def write_report(
         "plot": out_dir / "results.png",
     }
     payload = {"meta": dict(meta or {}), **dataclasses.asdict(result)}
+    # A model the run could not rank with (``meta["unavailable_models"]``) is absent from every number
+    # in results.json, and shown as "n/a" in the Markdown and noted on the plots.
+    unavailable = list(payload["meta"].get("unavailable_models") or [])
     paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-    paths["markdown"].write_text(render_markdown(result), encoding="utf-8")
-    plot_precision(result, paths["plot"])
+    paths["markdown"].write_text(render_markdown(result, unavailable), encoding="utf-8")
+    plot_precision(result, paths["plot"], unavailable)
     if result.popularity:
         paths["popularity_plot"] = out_dir / "popularity.png"
-        plot_popularity(result.popularity, paths["popularity_plot"])
+        plot_popularity(result.popularity, paths["popularity_plot"], unavailable)
     return paths
+
+
+def unavailable_note(unavailable: Sequence[str]) -> str:
+    """Why the models in ``unavailable`` have no numbers, in one sentence each ("" when none)."""
+    return " ".join(UNAVAILABLE_NOTES.get(m, f"{label(m)} is n/a for this model.") for m in unavailable)
+
+
+def _shown(models: Sequence[str], unavailable: Sequence[str]) -> list[str]:
+    """The table's model columns: the unavailable ones (BERT, first in the paper's order) kept as n/a."""
+    return [*(m for m in unavailable if m not in models), *models]
 
 
 def label(model: str) -> str:
@@ -60,20 +79,31 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: in
     return [f"| {' | '.join(header)} |", f"| {' | '.join(align)} |"] + [f"| {' | '.join(r)} |" for r in rows]
 
 
+def _p(score: Score, model: str, k: int) -> str:
+    if model not in score.precision:
+        return NA if score.precision else "–"
+    return pct(score.precision[model][k])
+
+
 def _precision_rows(
     scores: Sequence[Score], models: Sequence[str], k: int, bold: bool = False
 ) -> list[list[str]]:
     rows = []
     for s in scores:
         name = f"**{s.name}** ({s.corpus})" if bold else s.name
-        cells = [pct(s.precision[m][k]) if s.precision else "–" for m in models]
+        cells = [_p(s, m, k) for m in models]
         rows.append([name, str(s.relations), f"{s.scored}/{s.facts}", *cells])
     return rows
 
 
-def render_markdown(result: MacroResult) -> str:
-    """The report as Markdown: P@k tables per corpus, skipped facts, per-relation P@1, popularity buckets."""
-    models = result.models
+def render_markdown(result: MacroResult, unavailable: Sequence[str] = ()) -> str:
+    """The report as Markdown: P@k tables per corpus, skipped facts, per-relation P@1, popularity buckets.
+
+    Args:
+        result: the scores.
+        unavailable: models the run could not rank with (BERT without an MLM head): columns of "n/a".
+    """
+    models = _shown(result.models, unavailable)
     lines = ["# BERT-kNN evaluation", ""]
     lines += [
         "Mean P@k in %: averaged over the facts of each relation, then over relations (LAMA's convention). "
@@ -81,6 +111,8 @@ def render_markdown(result: MacroResult) -> str:
         "left out and listed under *Skipped facts*.",
         "",
     ]
+    if unavailable:
+        lines += [unavailable_note(unavailable), ""]
     for k in result.ks:
         lines += [f"## P@{k}", ""]
         header = ["Corpus", "Relations", "Facts scored", *(label(m) for m in models)]
@@ -112,7 +144,7 @@ def render_markdown(result: MacroResult) -> str:
             s.corpus,
             s.name,
             f"{s.scored}/{s.facts}",
-            *(pct(s.precision[m][first]) if s.precision else "–" for m in models),
+            *(_p(s, m, first) for m in models),
         ]
         for s in result.relations
     ]
@@ -123,19 +155,24 @@ def render_markdown(result: MacroResult) -> str:
         header = ["log popularity", "Facts", *(label(m) for m in models)]
         rows = [
             [f"[{b.low:.2f}, {b.high:.2f}{']' if i == len(result.popularity) - 1 else ')'}", str(b.facts)]
-            + [pct(b.precision.get(m)) for m in models]
+            + [NA if m in unavailable else pct(b.precision.get(m)) for m in models]
             for i, b in enumerate(result.popularity)
         ]
         lines += [*table(header, rows), ""]
     return "\n".join(lines)
 
 
-def plot_precision(result: MacroResult, path: Path) -> None:
-    """Grouped bars like the paper's Figure 2: one panel per corpus, groups P@k, one bar per model."""
+def plot_precision(result: MacroResult, path: Path, unavailable: Sequence[str] = ()) -> None:
+    """Grouped bars like the paper's Figure 2: one panel per corpus, groups P@k, one bar per model.
+
+    A model in ``unavailable`` has no bar; a line above the panels says why.
+    """
     from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
 
     panels = [s for s in [*result.corpora, *result.aggregates] if s.precision]
     fig = Figure(figsize=(4 * max(len(panels), 1), 3.6), layout="constrained")
+    if unavailable:
+        fig.suptitle(_plot_note(unavailable), fontsize=8)
     axes = fig.subplots(1, max(len(panels), 1), squeeze=False)[0]
     if not panels:
         axes[0].text(0.5, 0.5, "no scored facts", ha="center", va="center")
@@ -155,11 +192,20 @@ def plot_precision(result: MacroResult, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def plot_popularity(buckets: Sequence[Bucket], path: Path) -> None:
+def _plot_note(unavailable: Sequence[str]) -> str:
+    names = ", ".join(label(m) for m in unavailable)
+    if list(unavailable) == ["bert"]:
+        return f"{names}: n/a (the model has no masked-LM head; BERT-kNN is kNN alone)"
+    return f"{names}: n/a for this model"
+
+
+def plot_popularity(buckets: Sequence[Bucket], path: Path, unavailable: Sequence[str] = ()) -> None:
     """P@1 per log-popularity bucket, parametric BERT against BERT-kNN (PopQA's Figure-style analysis)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 3.6), layout="constrained")
+    if unavailable:
+        fig.suptitle(_plot_note(unavailable), fontsize=8)
     ax = fig.subplots()
     models = [m for m in POPULARITY_MODELS if any(m in b.precision for b in buckets)]
     width = 0.8 / max(len(models), 1)

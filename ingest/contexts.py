@@ -25,6 +25,7 @@ class MaskedRow:
     token_id: int
     start: int
     end: int
+    windowed: bool = False  # the sentence is longer than the model takes: this row is a window of it
 
 
 def fingerprint(article: Article, config: Config) -> str:
@@ -84,7 +85,8 @@ def make_rows(
             lo = 0 if len(ids) <= width else min(max(pos - width // 2, 0), len(ids) - width)
             window = ids[lo : lo + width]
             window = [*window[: pos - lo], mask_id, *window[pos - lo + 1 :]]
-            rows.append(MaskedRow(a, s, [cls_id, *window, sep_id], pos - lo + 1, tid, start, end))
+            windowed = len(ids) > width
+            rows.append(MaskedRow(a, s, [cls_id, *window, sep_id], pos - lo + 1, tid, start, end, windowed))
     return rows
 
 

@@ -42,6 +42,9 @@ class IngestSummary:
     location: str = ""  # the index written to, as the backend shows it
     replaced: int = 0  # of ``articles``: ids that were stored before with other text or settings
     duplicates: int = 0  # input records whose id came again later in the input (the later one wins)
+    # Sentences longer than the model takes (``max_length`` tokens), encoded as a window around each mask.
+    windowed: int = 0
+    max_length: int = 0
 
     @property
     def contexts_per_second(self) -> float:
@@ -126,7 +129,7 @@ def ingest(
         raise
     batch_size = config.batch_for(device.type)
     counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0, "replaced": 0}
-    counts["duplicates"] = duplicates
+    counts["duplicates"], counts["windowed"], counts["max_length"] = duplicates, 0, config.max_length
     bar = Progress("add" if existing_only else "ingest", total, str(device), progress)
     writes = _Writes(backend)
     pending: deque[Future[None]] = deque()
@@ -157,6 +160,7 @@ def ingest(
                     counts["replaced"] += prepared.replaced
                     counts["sentences"] += sum(len(s) for s in prepared.sentences)
                     counts["contexts"] += len(prepared.rows)
+                    counts["windowed"] += len({(r.article, r.sentence) for r in prepared.rows if r.windowed})
                 bar.end_chunk(prepared.size, len(prepared.todo), len(prepared.rows))
             while pending:
                 writes.settle(pending.popleft())

@@ -205,7 +205,7 @@ def test_keys_are_the_same_from_the_view_and_from_a_model_cut_short(tiny_model: 
     positions = [r.index(encoder.tokenizer.mask_token_id) for r in rows]
     viewed = encoder.key_states(rows, positions)
     alone = Encoder(str(tiny_model), layer=7, device="cpu", max_length=64)
-    alone.__dict__["trunk"] = alone._load(num_hidden_layers=7).base_model  # the old, separate load
+    alone.__dict__["trunk"] = alone._load(num_hidden_layers=7)[0].base_model  # the old, separate load
     np.testing.assert_array_equal(viewed, alone.key_states(rows, positions))
     states, _ = encoder.query(QUESTIONS)
     np.testing.assert_allclose(viewed.astype(np.float32), states, atol=2e-3, rtol=2e-3)

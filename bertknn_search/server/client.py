@@ -122,10 +122,11 @@ def answer_from_json(item: Mapping[str, Any]) -> Answer:
             for a in item["articles"]
         ],
         bert_knn=predictions(item["bert_knn"]),
-        bert=predictions(item["bert"]),
+        bert=None if item["bert"] is None else predictions(item["bert"]),
         knn=predictions(item["knn"]),
         evidence=[
             Evidence(e["word"], [EvidenceSentence(**s) for s in e["sentences"]]) for e in item["evidence"]
         ],
         n_neighbors=item["n_neighbors"],
+        bert_available=item.get("bert_available", True),
     )

@@ -24,6 +24,10 @@ function percent(p) {
 function drawRanking(box, predictions) {
   const list = box.querySelector("ol");
   list.replaceChildren();
+  if (predictions === null) {
+    list.append(el("li", "none", "n/a: the model has no masked-LM head"));
+    return;
+  }
   predictions.slice(0, 10).forEach((pred, i) => {
     const item = el("li");
     item.append(el("span", "rank", String(i + 1)), el("span", "word", pred.word));
