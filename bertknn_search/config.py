@@ -140,6 +140,13 @@ class Config:
         """The query-time settings a tuned settings file may set (see ``read_settings_file``)."""
         return {name: getattr(self, name) for name in TUNABLE}
 
+    def with_gate_threshold(self, gate: str, threshold: float) -> Config:
+        """A copy with ``gate`` on, using ``threshold`` for every relation (``--gate-threshold``)."""
+        if gate == "none":
+            raise ConfigError("--gate-threshold needs --gate popularity, top1 or entropy")
+        kept = tuple(t for t in self.gate_thresholds if t[0] != gate)
+        return self.replace(gate=gate, gate_thresholds=(*kept, (gate, "*", float(threshold))))
+
     def thresholds(self, signal: str) -> dict[str, float]:
         """Relation -> threshold of gate ``signal`` ("*": any other relation)."""
         return {relation: value for name, relation, value in self.gate_thresholds if name == signal}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import settings_file_values
-from bertknn_search.records import Answer, IndexStats, Prediction
+from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction
 
 
 def to_json(record: Any) -> str:
@@ -35,7 +35,11 @@ def render_answer(answer: Answer, top: int) -> str:
     lines = [f"Q: {answer.question}"]
     if answer.subject:
         lines[0] += f"   (subject: {answer.subject})"
-    if answer.articles:
+    if answer.gate is not None:
+        lines.append(render_gate(answer.gate))
+    if answer.gate is not None and not answer.gate.retrieve:
+        pass  # the gate line says why nothing was searched
+    elif answer.articles:
         titles = [a.title.lower() for a in answer.articles]
         # Two articles may share a title (a subject matches both): their ids tell them apart.
         named = [
@@ -62,6 +66,19 @@ def render_answer(answer: Answer, top: int) -> str:
             marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
             lines.append(f"  - {marked}  ({s.title}, d²={s.distance:.2f})")
     return "\n".join(line for line in lines if line)
+
+
+def render_gate(gate: GateDecision) -> str:
+    """One line: the adaptive-retrieval gate's signal, threshold and decision."""
+    names = {"popularity": "log popularity", "top1": "BERT top-1 probability", "entropy": "p_BERT entropy"}
+    if gate.value is None:
+        return f"gate: {names[gate.signal]} unknown, so retrieved"
+    if gate.threshold is None:
+        return f"gate: {names[gate.signal]} {gate.value:.3f}, no threshold for it, so retrieved"
+    below = gate.value < gate.threshold
+    relation = "<" if below else ">="
+    verdict = "retrieved" if gate.retrieve else "not retrieved: no IR, no kNN; BERT-kNN is BERT"
+    return f"gate: {names[gate.signal]} {gate.value:.3f} {relation} {gate.threshold:.3f}, {verdict}"
 
 
 def _cell(ranking: list[Prediction], i: int) -> str:
