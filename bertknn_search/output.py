@@ -207,6 +207,18 @@ def render_grid(result: Mapping[str, Any], out: Path) -> str:
             f"{result['ties']:,} settings tie at this score; the first in grid order was taken"
             " (the values listed first in each --grid-* list)"
         )
+    for signal, rows in result.get("gates", {}).items():
+        each = [row for relation, row in rows.items() if relation != "*"]
+
+        def mean(key: str, each: list[dict[str, Any]] = each) -> str:
+            return f"{100 * sum(row[key] for row in each) / len(each):.1f}%"
+
+        on = " (turned on)" if result.get("gate") == signal else ""
+        retrieved = sum(row["retrieved"] * row["facts"] for row in each) / sum(row["facts"] for row in each)
+        lines.append(
+            f"gate {signal}{on}: thresholds for {len(each)} relations; dev P@1 adaptive {mean('accuracy')},"
+            f" BERT {mean('parametric')}, BERT-kNN {mean('retrieval')}; retrieves {100 * retrieved:.1f}%"
+        )
     lines.append(f"wrote {out}; use it with: bertknn-search query --settings {out}")
     return "\n".join(lines)
 

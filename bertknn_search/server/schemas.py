@@ -21,12 +21,8 @@ class Strict(BaseModel):
 class QuestionIn(Strict):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="With one [MASK].")
     subject: str | None = Field(None, max_length=1000, description="The fact's subject, if any.")
-    popularity: float | None = Field(
-        None, ge=0.0, description="Subject page views (gate)."
-    )
-    relation: str | None = Field(
-        None, max_length=200, description="Relation (gate threshold)."
-    )
+    popularity: float | None = Field(None, ge=0.0, description="Subject page views (gate).")
+    relation: str | None = Field(None, max_length=200, description="Relation (gate threshold).")
 
 
 METHOD_FIELDS = ("top", "k", "n_articles", "lam", "temperature", "distance", "gate", "evidence")
