@@ -235,11 +235,16 @@ def _rank_batch(
             "articles": [h.title for h in hits or []],
             "neighbors": len(nb),
             "top": {m: [vocab[i] for i in ids] for m, ids in ranked.items()},
-            "signals": {name: values[j] for name, values in signals.items()},
+            # Rounded: a batch of other shape moves the last bits, and a resumed run must write equal lines.
+            "signals": {name: _rounded(values[j]) for name, values in signals.items()},
             "seconds": scored.seconds,
         }
         lines.append(_line(item.fact, ranks, NO_ARTICLE if len(nb) == 0 else None, extra))
     return lines
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
 
 
 def _line(
