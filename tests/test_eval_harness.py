@@ -124,6 +124,7 @@ def test_evaluate_resumes_after_a_crash(
     assert again.scores == first.scores
     # One whole line per fact again, equal to the uninterrupted run's (lines 8-20 recomputed, in any order).
     assert len(checkpoint(path)) == 20
+
     # Each line's IR + kNN time ("seconds") is measured afresh; everything else must be equal.
     def timeless(line: dict) -> dict:
         return {k: v for k, v in line.items() if k != "seconds"}
