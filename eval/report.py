@@ -172,18 +172,20 @@ def render_adaptive(adaptive: Mapping[str, Any]) -> str:
     for relation in relations:
         found = [adaptive[s]["relations"].get(relation) for s in signals]
         row = [relation, str(max((f["facts"] for f in found if f), default=0))]
-        for f in found:
+        for signal, f in zip(signals, found):
             if f is None or f["threshold"] is None:
                 row += ["–", pct(None if f is None else f["retrieved"])]
             else:
-                row += [_threshold(f["threshold"]), pct(f["retrieved"])]
+                row += [_threshold(signal, f["threshold"]), pct(f["retrieved"])]
         rows.append(row)
     lines += [*table(header, rows), ""]
     return "\n".join(lines)
 
 
-def _threshold(value: float) -> str:
-    return "always" if abs(value) >= 1e9 else f"{value:.3g}"
+def _threshold(signal: str, value: float) -> str:
+    """The threshold, or what it means when it lies past any value: retrieve always, or never."""
+    oriented = value if signal != "entropy" else -value  # entropy retrieves above its threshold
+    return "always" if oriented >= 1e9 else "never" if oriented <= -1e9 else f"{value:.3g}"
 
 
 def plot_precision(result: MacroResult, path: Path) -> None:

@@ -18,6 +18,7 @@ from bertknn_search.gates import ALWAYS, confidence, learn_thresholds, retrieves
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
+from tests.test_backends import opensearch_config  # noqa: F401  (a fixture)
 
 KB = Question("Zorblat was born in [MASK].", "Zorblat")
 
@@ -112,6 +113,32 @@ def test_relation_thresholds_win_over_the_pooled_one(searcher: Searcher, built_i
     found = searcher.score_batch([born, other], gated)
     assert [s.retrieved for s in found] == [True, False]
     assert [s.gate.threshold for s in found if s.gate] == [20.0, 1.0]
+
+
+POP_ROWS = [
+    {"id": "1", "title": "Zorblat", "text": "Zorblat was born in Quenton.", "popularity": 50000},
+    {"id": "2", "title": "Mirvane", "text": "Mirvane was born in Oskavel."},
+]
+
+
+@pytest.mark.parametrize("backend", ["embedded", "opensearch"])
+def test_both_backends_store_an_articles_popularity(
+    base_config: Config, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    from bertknn_search.backends import open_backend
+
+    corpus = tmp_path / "pop.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in POP_ROWS), encoding="utf-8")
+    config = base_config.replace(index=tmp_path / "idx")
+    if backend == "opensearch":
+        config = request.getfixturevalue("opensearch_config")
+    ingest(corpus, config, progress=False)
+    store = open_backend(config)
+    try:
+        assert [h.popularity for h in store.find_titles("Zorblat", 3)] == [50000.0]
+        assert [h.popularity for h in store.find_titles("mirvane", 3)] == [None]
+    finally:
+        store.close()
 
 
 def test_popularity_comes_from_the_subjects_article(base_config: Config, tmp_path: Path) -> None:
