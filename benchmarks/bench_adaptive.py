@@ -22,6 +22,7 @@ import numpy as np
 from common import environment, run_benchmark
 
 from bertknn_search import session
+from bertknn_search.errors import QuestionError
 from bertknn_search.eval.datasets import read_facts
 from bertknn_search.eval.relations import parse_relations
 from bertknn_search.records import Question
@@ -61,7 +62,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         questions = [q for q in questions if _encodable(searcher, q)]
         if args.settings is None:
             _, p_bert = searcher.encode(questions)
-            values = np.array([np.nan if v is None else v for v in searcher.gate_signal(args.gate, questions, p_bert)])
+            found = searcher.gate_signal(args.gate, questions, p_bert)
+            values = np.array([np.nan if v is None else v for v in found])
             # Stop the --stop share: the most popular or confident (the least uncertain, for entropy).
             quantile = 1 - args.stop if args.gate != "entropy" else args.stop
             threshold = float(np.nanquantile(values, quantile))
@@ -86,7 +88,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             searcher.encode(questions[lo : lo + args.batch])
         stages["encoder"] = time.perf_counter() - start
         for lo in range(0, len(questions), args.batch):
-            stages["ir_knn"] += sum(s.seconds for s in searcher.score_batch(questions[lo : lo + args.batch], plain))
+            scored = searcher.score_batch(questions[lo : lo + args.batch], plain)
+            stages["ir_knn"] += sum(s.seconds for s in scored)
     finally:
         searcher.close()
     n = len(questions)
@@ -109,17 +112,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _encodable(searcher: Searcher, q: Question) -> bool:
     try:
         searcher.encoder.prepare(q.text)
-    except Exception:  # noqa: BLE001  (a benchmark drops what the model cannot take, as eval does)
+    except QuestionError:  # too long for the model: dropped, as eval does
         return False
     return True
 
 
 def report(r: dict[str, Any]) -> str:
+    share = 100 * r["retrieved_share"]
     return "\n".join(
         [
-            f"{r['questions']} questions, gate {r['gate']} {r['thresholds']}: {100 * r['retrieved_share']:.1f}% retrieved",
-            f"per question: plain {r['plain_ms_per_question']:.1f} ms, gated {r['gated_ms_per_question']:.1f} ms"
-            f" ({r['gated_over_plain']:.2f}x); of plain: encoder {r['encoder_ms_per_question']:.1f} ms,"
+            f"{r['questions']} questions, gate {r['gate']} {r['thresholds']}: {share:.1f}% retrieved",
+            f"per question: plain {r['plain_ms_per_question']:.1f} ms,"
+            f" gated {r['gated_ms_per_question']:.1f} ms ({r['gated_over_plain']:.2f}x);"
+            f" of plain: encoder {r['encoder_ms_per_question']:.1f} ms,"
             f" IR + kNN {r['ir_knn_ms_per_question']:.1f} ms",
         ]
     )
