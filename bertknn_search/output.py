@@ -209,6 +209,8 @@ def render_grid(result: Mapping[str, Any], out: Path) -> str:
         )
     for signal, rows in result.get("gates", {}).items():
         each = [row for relation, row in rows.items() if relation != "*"]
+        if not each:
+            continue
 
         def mean(key: str, each: list[dict[str, Any]] = each) -> str:
             return f"{100 * sum(row[key] for row in each) / len(each):.1f}%"

@@ -224,3 +224,29 @@ def test_settings_file_holds_gate_and_thresholds(built_index: Config, tmp_path: 
     path.write_text(json.dumps({"gate-thresholds": {"fame": {"*": 1}}}), encoding="utf-8")
     with pytest.raises(ConfigError, match="gate-thresholds maps a signal"):
         built_index.with_settings_file(path)
+
+
+def test_the_server_takes_the_gate_and_each_questions_popularity(built_index: Config) -> None:
+    from fastapi.testclient import TestClient
+
+    from bertknn_search.server.app import ServerSettings, create_app
+
+    with TestClient(create_app(ServerSettings(built_index.replace(temperature=1.0)))) as client:
+        assert client.app.state.batcher.done.wait(120), "the model did not load"  # type: ignore[attr-defined]
+        body = {
+            "questions": [
+                {"question": KB.text, "subject": "Zorblat", "popularity": 10**6},
+                {"question": KB.text, "subject": "Zorblat", "popularity": 10, "relation": "born"},
+            ],
+            "gate": "popularity",
+            "gate-thresholds": {"popularity": {"*": 5.0, "born": 1.0}},
+            "evidence": "nearest",
+        }
+        answers = client.post("/query", json=body).json()["answers"]
+        assert [a["gate"]["retrieve"] for a in answers] == [False, False]  # born's own threshold: 1.0
+        body["gate-threshold"] = 5.0  # one threshold for every relation
+        answers = client.post("/query", json=body).json()["answers"]
+        assert [a["gate"]["retrieve"] for a in answers] == [False, True]
+        assert answers[1]["bert_knn"][0]["word"] == "quenton" and answers[0]["n_neighbors"] == 0
+        bad = client.post("/query", json={**body, "gate": "fame"})
+        assert bad.status_code == 422
