@@ -250,3 +250,24 @@ def test_the_server_takes_the_gate_and_each_questions_popularity(built_index: Co
         assert answers[1]["bert_knn"][0]["word"] == "quenton" and answers[0]["n_neighbors"] == 0
         bad = client.post("/query", json={**body, "gate": "fame"})
         assert bad.status_code == 422
+
+
+def test_an_index_built_before_article_popularity_still_opens(index_copy: Config) -> None:
+    import sqlite3
+
+    from bertknn_search.backends.embedded import EmbeddedBackend
+
+    db = sqlite3.connect(index_copy.index / "index.sqlite")
+    db.execute("DROP TABLE popularity")  # as an index of the previous release has it
+    db.commit()
+    db.close()
+    store = EmbeddedBackend.open(index_copy.index)  # writable here: the table is added back
+    try:
+        assert [h.popularity for h in store.find_titles("Zorblat", 3)] == [None]
+    finally:
+        store.close()
+    db = sqlite3.connect(index_copy.index / "index.sqlite")
+    assert db.execute("SELECT name FROM sqlite_master WHERE name = 'popularity'").fetchone() == (
+        "popularity",
+    )
+    db.close()
