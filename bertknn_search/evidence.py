@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bertknn_search.backends.base import Backend
+from bertknn_search.errors import QuestionError
 from bertknn_search.records import Answer, Evidence, EvidenceSentence, Neighbors
 
 EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown
@@ -143,7 +144,10 @@ def _diverse(
             return [(word, rows[:EVIDENCE_SENTENCES]) for word, rows in picks]
         rows = list(dict.fromkeys(r for _, rs in picks for r in rs))
         texts = _sentences(backend, nb, rows)
-        keys = reencode([(t, int(nb.starts[r]), int(nb.ends[r])) for t, r in zip(texts, rows)])
+        try:
+            keys = reencode([(t, int(nb.starts[r]), int(nb.ends[r])) for t, r in zip(texts, rows)])
+        except QuestionError:  # a stored sentence the question encoder refuses (too long, a literal [MASK])
+            return [(word, rows[:EVIDENCE_SENTENCES]) for word, rows in picks]
         vectors = np.zeros((len(nb), keys.shape[1]), dtype=np.float32)
         vectors[rows] = keys
     out = []
