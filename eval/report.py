@@ -52,7 +52,7 @@ def write_report(
     paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     text = render_markdown(result)
     if meta and meta.get("adaptive"):
-        text += render_adaptive(meta["adaptive"])
+        text += "\n" + render_adaptive(meta["adaptive"])
     paths["markdown"].write_text(text, encoding="utf-8")
     plot_precision(result, paths["plot"])
     if result.popularity:
