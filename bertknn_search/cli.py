@@ -118,6 +118,12 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
     help="Questions, one per line ('-' for stdin); a tab may separate a subject.",
 )
 @click.option("--subject", help="The fact's subject: its own article is searched when a title matches.")
+@click.option(
+    "--popularity",
+    type=click.FloatRange(min=0.0),
+    help="The subject's popularity (page views) for --gate popularity [default: its article's, if any].",
+)
+@click.option("--relation", help="The fact's relation (P19): picks its --gate threshold [default: '*'].")
 @click.option("--server", metavar="URL", help="Ask a running 'bertknn-search serve' (no model loaded here).")
 @method_options
 @cache_option
@@ -128,6 +134,8 @@ def query(
     questions: tuple[str, ...],
     qfile: Any,
     subject: str | None,
+    popularity: float | None,
+    relation: str | None,
     server: str | None,
     settings: Path | None,
     as_json: bool,
@@ -141,7 +149,7 @@ def query(
     from bertknn_search.records import Question
     from bertknn_search.search import Searcher
 
-    asked = [Question(q, subject) for q in questions] + list(_read_questions(qfile))
+    asked = [Question(q, subject, popularity, relation) for q in questions] + list(_read_questions(qfile))
     if not asked:
         raise click.UsageError("give a question, or --file with one question per line")
     if server:

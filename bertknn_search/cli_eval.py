@@ -32,6 +32,7 @@ from bertknn_search.cli_options import (
     model_options,
     no_progress_option,
 )
+from bertknn_search.config import GATES
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.metrics import KS
 
@@ -240,6 +241,12 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
     show_default=True,
     help="Values of l: small ones suit small models (the demo's needs 1), 5-12 BERT-base.",
 )
+@click.option(
+    "--gate",
+    type=click.Choice(GATES),
+    help="Also learn adaptive-retrieval thresholds per relation (popularity, top1, entropy) at the best"
+    " setting, and turn this gate on in the file ('none': thresholds only, for 'eval run' to report).",
+)
 @cache_option
 @no_progress_option
 @json_flag("the result as one object on one line (best setting, its score, every setting's score)")
@@ -251,6 +258,7 @@ def eval_grid(
     grid_lambda: list[float],
     grid_k: list[int],
     grid_temperature: list[float],
+    gate: str | None,
     no_progress: bool,
     as_json: bool,
     common_vocab: Path | None,
@@ -275,7 +283,14 @@ def eval_grid(
     searcher = Searcher.open(config)
     try:
         result = grid_search(
-            searcher, facts, grid, out, config=config, common_vocab=vocab, progress=not no_progress
+            searcher,
+            facts,
+            grid,
+            out,
+            config=config,
+            common_vocab=vocab,
+            progress=not no_progress,
+            gate=gate,
         )
     finally:
         searcher.close()

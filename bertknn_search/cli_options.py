@@ -8,7 +8,16 @@ from typing import Any, ClassVar, TypeVar
 
 import click
 
-from bertknn_search.config import BACKENDS, CONTEXT_MODES, DISTANCES, MASK_POLICIES, PRECISIONS, STORE_DTYPES
+from bertknn_search.config import (
+    BACKENDS,
+    CONTEXT_MODES,
+    DISTANCES,
+    EVIDENCE_MODES,
+    GATES,
+    MASK_POLICIES,
+    PRECISIONS,
+    STORE_DTYPES,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -175,6 +184,23 @@ method_options = stacked(
         flag_value=False,
         default=None,
         help="Search every context instead of the top articles' (the paper's ablation).",
+    ),
+    click.option(
+        "--gate",
+        type=click.Choice(GATES),
+        help="Adaptive retrieval: retrieve only when the subject's popularity (or BERT's top-1"
+        " probability) is below the threshold, or p_BERT's entropy above it [default none].",
+    ),
+    click.option(
+        "--gate-threshold",
+        type=float,
+        help="The gate's threshold for every relation (log page views, a probability, or nats)"
+        " [default: per relation, from 'eval grid' --settings].",
+    ),
+    click.option(
+        "--evidence",
+        type=click.Choice(EVIDENCE_MODES),
+        help="Evidence sentences: chosen by information gain (no repeats), or the nearest [default diverse].",
     ),
     click.option(
         "--settings",

@@ -20,6 +20,10 @@ CONTEXT_MODES = ("eager", "lazy")
 # The encoder's arithmetic; "auto" picks per machine (encoder.choose_precision) and an index records
 # the one its contexts were encoded in.
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
+# Adaptive retrieval (Mallen et al. 2023): which signal decides whether a question retrieves at all.
+GATES = ("none", "popularity", "top1", "entropy")
+# Evidence shown for an answer: the nearest neighbours, or picked by information gain (Banerjee et al.).
+EVIDENCE_MODES = ("diverse", "nearest")
 # Masked sentences (or questions) per forward pass: a GPU needs big batches to be busy, a CPU does not.
 CPU_BATCH = 128
 GPU_BATCH = 1024
@@ -48,6 +52,13 @@ class Config:
     # time a query's IR step picks it, and kept (up to ``cache_size`` bytes, least recently used out).
     contexts: str = "lazy"
     cache_size: int | None = None
+    # Adaptive retrieval: "none" always retrieves; "popularity" (the subject's page views, Mallen et al.
+    # 2023), "top1" (BERT's top-1 probability) or "entropy" (of p_BERT) decide per question whether IR
+    # and kNN run at all. Thresholds are (signal, relation, value) triples learned by ``eval grid``;
+    # relation "*" applies to questions of any other relation or of none.
+    gate: str = "none"
+    gate_thresholds: tuple[tuple[str, str, float], ...] = ()
+    evidence: str = "diverse"
 
     # Where the index lives.
     backend: str = "embedded"
@@ -95,6 +106,17 @@ class Config:
                 f"--cache-size must be > 0 bytes, got {self.cache_size}",
             ),
             (self.backend in BACKENDS, f"--backend must be one of {BACKENDS}, got {self.backend!r}"),
+            (self.gate in GATES, f"--gate must be one of {GATES}, got {self.gate!r}"),
+            (self.evidence in EVIDENCE_MODES, f"--evidence must be one of {EVIDENCE_MODES}"),
+            (
+                all(len(t) == 3 and t[0] in GATES[1:] for t in self.gate_thresholds),
+                f"gate thresholds must be (signal, relation, value) with a signal of {GATES[1:]}",
+            ),
+            (
+                self.gate == "none" or any(t[0] == self.gate for t in self.gate_thresholds),
+                f"--gate {self.gate} has no thresholds: learn them with 'eval grid' and pass its"
+                " --settings file, or give --gate-threshold",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -118,6 +140,17 @@ class Config:
         """The query-time settings a tuned settings file may set (see ``read_settings_file``)."""
         return {name: getattr(self, name) for name in TUNABLE}
 
+    def with_gate_threshold(self, gate: str, threshold: float) -> Config:
+        """A copy with ``gate`` on, using ``threshold`` for every relation (``--gate-threshold``)."""
+        if gate == "none":
+            raise ConfigError("--gate-threshold needs --gate popularity, top1 or entropy")
+        kept = tuple(t for t in self.gate_thresholds if t[0] != gate)
+        return self.replace(gate=gate, gate_thresholds=(*kept, (gate, "*", float(threshold))))
+
+    def thresholds(self, signal: str) -> dict[str, float]:
+        """Relation -> threshold of gate ``signal`` ("*": any other relation)."""
+        return {relation: value for name, relation, value in self.gate_thresholds if name == signal}
+
     def with_settings_file(self, path: Path) -> Config:
         """Apply a JSON file of tuned settings (as written by ``eval grid``)."""
         return self.replace(**read_settings_file(path))
@@ -131,6 +164,9 @@ TUNABLE: dict[str, type] = {
     "lam": float,
     "distance": str,
     "use_ir": bool,
+    "gate": str,
+    "gate_thresholds": dict,
+    "evidence": str,
 }
 
 # Flags whose name is not the field's with dashes.
@@ -145,6 +181,9 @@ SETTINGS_FLAGS: dict[str, tuple[str, bool]] = {
     "lambda": ("lam", False),
     "distance": ("distance", False),
     "no-ir": ("use_ir", True),
+    "gate": ("gate", False),
+    "gate-thresholds": ("gate_thresholds", False),
+    "evidence": ("evidence", False),
 }
 SETTINGS_KEYS = {**SETTINGS_FLAGS, **{name: (name, False) for name in TUNABLE}}
 
@@ -217,7 +256,37 @@ def read_settings_file(path: Path) -> dict[str, Any]:
         if name in values:
             raise ConfigError(f"settings file {path} sets {name} twice; keep one of its keys")
         values[name] = (not value) if negated else value
+    if "gate_thresholds" in values:
+        values["gate_thresholds"] = thresholds_from_json(values["gate_thresholds"], str(path))
     return values
+
+
+def thresholds_from_json(data: Mapping[str, Any], where: str) -> tuple[tuple[str, str, float], ...]:
+    """``{"popularity": {"P19": 7.1, "*": 6.0}, ...}`` -> sorted (signal, relation, value) triples.
+
+    Raises:
+        ConfigError: an unknown signal, or a value that is not a number.
+    """
+    triples = []
+    for signal, by_relation in data.items():
+        if signal not in GATES[1:] or not isinstance(by_relation, dict):
+            raise ConfigError(
+                f"{where}: gate-thresholds maps a signal ({', '.join(GATES[1:])}) to {{relation: threshold}},"
+                f" got {signal!r}"
+            )
+        for relation, value in by_relation.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{where}: gate threshold {signal}/{relation} must be a number")
+            triples.append((signal, str(relation), float(value)))
+    return tuple(sorted(triples))
+
+
+def thresholds_to_json(triples: tuple[tuple[str, str, float], ...]) -> dict[str, dict[str, float]]:
+    """The settings-file spelling of ``Config.gate_thresholds``."""
+    out: dict[str, dict[str, float]] = {}
+    for signal, relation, value in triples:
+        out.setdefault(signal, {})[relation] = value
+    return out
 
 
 def settings_file_values(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -226,4 +295,6 @@ def settings_file_values(values: Mapping[str, Any]) -> dict[str, Any]:
     for key, (name, negated) in SETTINGS_FLAGS.items():
         if name in values:
             out[key] = (not values[name]) if negated else values[name]
+    if "gate-thresholds" in out:
+        out["gate-thresholds"] = thresholds_to_json(out["gate-thresholds"])
     return out

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import settings_file_values
-from bertknn_search.records import Answer, IndexStats, Prediction
+from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction
 
 
 def to_json(record: Any) -> str:
@@ -35,7 +35,11 @@ def render_answer(answer: Answer, top: int) -> str:
     lines = [f"Q: {answer.question}"]
     if answer.subject:
         lines[0] += f"   (subject: {answer.subject})"
-    if answer.articles:
+    if answer.gate is not None:
+        lines.append(render_gate(answer.gate))
+    if answer.gate is not None and not answer.gate.retrieve:
+        pass  # the gate line says why nothing was searched
+    elif answer.articles:
         titles = [a.title.lower() for a in answer.articles]
         # Two articles may share a title (a subject matches both): their ids tell them apart.
         named = [
@@ -69,6 +73,19 @@ def render_answer(answer: Answer, top: int) -> str:
 
 # The BERT column of a model without an MLM head: marked, never a ranking from a random head.
 NO_HEAD_CELL = "n/a (no MLM head)"
+
+
+def render_gate(gate: GateDecision) -> str:
+    """One line: the adaptive-retrieval gate's signal, threshold and decision."""
+    names = {"popularity": "log popularity", "top1": "BERT top-1 probability", "entropy": "p_BERT entropy"}
+    if gate.value is None:
+        return f"gate: {names[gate.signal]} unknown, so retrieved"
+    if gate.threshold is None:
+        return f"gate: {names[gate.signal]} {gate.value:.3f}, no threshold for it, so retrieved"
+    below = gate.value < gate.threshold
+    relation = "<" if below else ">="
+    verdict = "retrieved" if gate.retrieve else "not retrieved: no IR, no kNN; BERT-kNN is BERT"
+    return f"gate: {names[gate.signal]} {gate.value:.3f} {relation} {gate.threshold:.3f}, {verdict}"
 
 
 def _cell(ranking: list[Prediction], i: int) -> str:
@@ -211,6 +228,20 @@ def render_grid(result: Mapping[str, Any], out: Path) -> str:
         lines.append(
             f"{result['ties']:,} settings tie at this score; the first in grid order was taken"
             " (the values listed first in each --grid-* list)"
+        )
+    for signal, rows in result.get("gates", {}).items():
+        each = [row for relation, row in rows.items() if relation != "*"]
+        if not each:
+            continue
+
+        def mean(key: str, each: list[dict[str, Any]] = each) -> str:
+            return f"{100 * sum(row[key] for row in each) / len(each):.1f}%"
+
+        on = " (turned on)" if result.get("gate") == signal else ""
+        retrieved = sum(row["retrieved"] * row["facts"] for row in each) / sum(row["facts"] for row in each)
+        lines.append(
+            f"gate {signal}{on}: thresholds for {len(each)} relations; dev P@1 adaptive {mean('accuracy')},"
+            f" BERT {mean('parametric')}, BERT-kNN {mean('retrieval')}; retrieves {100 * retrieved:.1f}%"
         )
     lines.append(f"wrote {out}; use it with: bertknn-search query --settings {out}")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ class Article:
     id: str
     title: str
     text: str
+    popularity: float | None = None  # page views or any count of interest (PopQA's s_pop), if known
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class ArticleHit:
     id: str
     title: str
     score: float
+    popularity: float | None = None  # the article's, where the index holds one
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class Neighbors:
         token_ids: (k,) int64, the stored value of each neighbour.
         article_ids: the article of each neighbour.
         sentence_ids, starts, ends: (k,) int32, where to find the sentence and the word.
+        vectors: (k, dim) float32 stored keys, where the backend returns them (the embedded one
+            does); evidence by information gain needs them, and encodes the sentences again otherwise.
     """
 
     distances: np.ndarray
@@ -120,6 +124,7 @@ class Neighbors:
     sentence_ids: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
+    vectors: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.distances.shape[0])
@@ -132,10 +137,16 @@ class Neighbors:
 
 @dataclass(frozen=True)
 class Question:
-    """A cloze question with exactly one [MASK]; ``subject`` picks the IR query for KB facts."""
+    """A cloze question with exactly one [MASK]; ``subject`` picks the IR query for KB facts.
+
+    ``popularity`` (the subject's page views) and ``relation`` feed the adaptive-retrieval gate; without
+    a popularity the gate looks up the subject's own article's in the index.
+    """
 
     text: str
     subject: str | None = None
+    popularity: float | None = None
+    relation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,3 +195,21 @@ class Answer:
     evidence: list[Evidence]
     n_neighbors: int
     bert_available: bool = True
+    gate: GateDecision | None = None  # None: no gate, the question retrieved
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """Why a question did or did not retrieve.
+
+    Attributes:
+        signal: "popularity" (natural log of page views), "top1" or "entropy".
+        value: the question's signal; None when unknown (no popularity anywhere: it retrieves).
+        threshold: the threshold applied (the relation's, else the "*" one); None when there is none.
+        retrieve: whether IR and kNN ran.
+    """
+
+    signal: str
+    value: float | None
+    threshold: float | None
+    retrieve: bool

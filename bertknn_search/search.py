@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -12,25 +13,17 @@ import numpy as np
 from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.base import Backend
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder
-from bertknn_search.errors import IndexMismatchError, QuestionError
+from bertknn_search.encoder import MASK, Encoder
+from bertknn_search.errors import ConfigError, IndexMismatchError, QuestionError
+from bertknn_search.evidence import with_evidence
+from bertknn_search.gates import confidence, decide, log_popularity
 from bertknn_search.interpolate import interpolate, rank
 from bertknn_search.knn import knn_probs
-from bertknn_search.records import (
-    Answer,
-    ArticleHit,
-    Evidence,
-    EvidenceSentence,
-    Neighbors,
-    Prediction,
-    Question,
-)
+from bertknn_search.records import Answer, ArticleHit, GateDecision, Neighbors, Prediction, Question
 from bertknn_search.retrieve import retrieve
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
 _UNUSED = re.compile(r"\[unused\d+\]")
-EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown
-EVIDENCE_SENTENCES = 3
 
 
 @dataclass(frozen=True)
@@ -42,6 +35,9 @@ class Scored:
         neighbors: the k nearest contexts.
         p_bert, p_knn, p: (V,) distributions; p_knn is all zeros without neighbours, p_bert None for a
             model without an MLM head (p is then p_knn).
+        gate: the adaptive-retrieval decision; None when no gate is set (the question retrieved).
+        seconds: time spent on this question's IR and kNN (its share of a batch's lazy encoding
+            included); 0 when the gate skipped them.
     """
 
     hits: list[ArticleHit] | None
@@ -49,6 +45,12 @@ class Scored:
     p_bert: np.ndarray | None
     p_knn: np.ndarray
     p: np.ndarray
+    gate: GateDecision | None = None
+    seconds: float = 0.0
+
+    @property
+    def retrieved(self) -> bool:
+        return self.gate is None or self.gate.retrieve
 
 
 class Searcher:
@@ -128,16 +130,64 @@ class Searcher:
                     f"the subject is not valid text: {describe_unencodable(q.subject, bad, from_bytes=True)}"
                 )
         states, p_bert = self.encode(questions)
-        found = [self.retrieve(q, cfg.n_articles) if cfg.use_ir else None for q in questions]
+        gates = decide(cfg, self.gate_signal(cfg.gate, questions, p_bert), [q.relation for q in questions])
+        go = [True] * len(questions) if gates is None else [g.retrieve for g in gates]
+        # A question the gate stops gets no articles and no neighbours: BERT-kNN is then BERT.
+        seconds = [0.0] * len(questions)
+        found: list[list[ArticleHit] | None] = []
+        for i, (q, wanted) in enumerate(zip(questions, go)):
+            start = time.perf_counter()
+            found.append((self.retrieve(q, cfg.n_articles) if cfg.use_ir else None) if wanted else [])
+            seconds[i] += time.perf_counter() - start
         # One call for the whole batch, so a lazy index encodes every missing article in one pass.
+        start = time.perf_counter()
         self.backend.ensure_contexts(sorted({h.id for hits in found for h in hits or []}))
+        shared = (time.perf_counter() - start) / max(sum(go), 1)
         scored = []
-        for state, pb, hits in zip(states, p_bert if p_bert is not None else [None] * len(states), found):
-            nb = self.neighbors(state, hits, cfg.k)
+        rows: Sequence[np.ndarray | None] = p_bert if p_bert is not None else [None] * len(states)
+        for i, (state, pb, hits) in enumerate(zip(states, rows, found)):
+            start = time.perf_counter()
+            nb = self.neighbors(state, hits, cfg.k) if go[i] else Neighbors.empty()
             squared = cfg.distance == "squared-l2"
             p_knn = knn_probs(nb.distances, nb.token_ids, self.encoder.vocab_size, cfg.temperature, squared)
-            scored.append(Scored(hits, nb, pb, p_knn, interpolate(p_knn, pb, cfg.lam)))
+            took = seconds[i] + time.perf_counter() - start + shared if go[i] else 0.0
+            gate = None if gates is None else gates[i]
+            scored.append(Scored(hits, nb, pb, p_knn, interpolate(p_knn, pb, cfg.lam), gate, took))
         return scored
+
+    def gate_signal(
+        self, gate: str, questions: Sequence[Question], p_bert: np.ndarray | None
+    ) -> list[float | None]:
+        """Each question's value of the gate's signal (popularity on PopQA's log scale); [] without a gate.
+
+        Popularity comes from the question (``query --popularity``, PopQA's ``s_pop``), else from the
+        subject's own article in the index (a title lookup, no BM25); None when neither has one.
+        """
+        if gate == "none":
+            return [None] * len(questions)
+        if gate != "popularity":
+            if p_bert is None:
+                # A random head's confidence would gate at random: refuse rather than pretend.
+                raise ConfigError(
+                    f"--gate {gate} needs BERT's distribution, and this model has no masked-LM head; "
+                    "use --gate popularity or none"
+                )
+            return [float(v) for v in confidence(p_bert, self.answerable)[gate]]
+        values: list[float | None] = []
+        for q in questions:
+            popularity = q.popularity
+            if popularity is None and q.subject:
+                known = [h.popularity for h in self.backend.find_titles(q.subject, self.config.n_articles)]
+                popularity = max((p for p in known if p is not None), default=None)
+            values.append(log_popularity(popularity))
+        return values
+
+    def reencode(self, masked: Sequence[tuple[str, int, int]]) -> np.ndarray:
+        """Keys of stored contexts, encoded again from their sentences: (sentence, start, end) -> (n, dim)."""
+        texts = [f"{s[:a]}{MASK}{s[b:]}" for s, a, b in masked]
+        size = self.config.batch_for(self.encoder.placement.device.type)
+        parts = [self.encoder.query(texts[i : i + size])[0] for i in range(0, len(texts), size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), np.float32)
 
     def answer_batch(self, questions: Sequence[Question]) -> list[Answer]:
         """Answer several questions: rankings, articles and evidence.
@@ -157,8 +207,20 @@ class Searcher:
                 evidence=[],
                 n_neighbors=len(s.neighbors),
                 bert_available=s.p_bert is not None,
+                gate=s.gate,
             )
-            answers.append(_with_evidence(answer, s.neighbors, self.backend))
+            cfg = self.config
+            answers.append(
+                with_evidence(
+                    answer,
+                    s.neighbors,
+                    self.backend,
+                    mode=cfg.evidence,
+                    temperature=cfg.temperature,
+                    squared=cfg.distance == "squared-l2",
+                    reencode=self.reencode,
+                )
+            )
         return answers
 
     @cached_property
@@ -179,37 +241,3 @@ class Searcher:
         ids, probs = rank(p, self.config.top, self.answerable)
         vocab = self.encoder.vocab
         return [Prediction(vocab[i], int(i), float(pr)) for i, pr in zip(ids, probs)]
-
-
-def _with_evidence(answer: Answer, nb: Neighbors, backend: Backend) -> Answer:
-    """Attach, for each top answer, the nearest stored sentences whose masked word was that answer."""
-    picks: list[tuple[str, list[int]]] = []
-    for pred in answer.bert_knn[:EVIDENCE_ANSWERS]:
-        rows = np.flatnonzero(nb.token_ids == pred.token_id)[:EVIDENCE_SENTENCES].tolist()
-        if rows:
-            picks.append((pred.word, rows))
-    if not picks:
-        return answer
-    wanted = [r for _, rows in picks for r in rows]
-    texts = dict(
-        zip(wanted, backend.sentences([(nb.article_ids[r], int(nb.sentence_ids[r])) for r in wanted]))
-    )
-    titles = backend.titles([nb.article_ids[r] for r in wanted])
-    evidence = [
-        Evidence(
-            word,
-            [
-                EvidenceSentence(
-                    article_id=nb.article_ids[r],
-                    title=titles.get(nb.article_ids[r], ""),
-                    sentence=texts[r],
-                    start=int(nb.starts[r]),
-                    end=int(nb.ends[r]),
-                    distance=float(nb.distances[r]),
-                )
-                for r in rows
-            ],
-        )
-        for word, rows in picks
-    ]
-    return Answer(**{**answer.__dict__, "evidence": evidence})

@@ -66,12 +66,18 @@ def resolve_config(
     if settings is not None:
         for name, value in read_settings_file(settings).items():
             values[name], origins[name] = value, f"settings file {settings}"
+    flags = dict(flags)
+    threshold = flags.pop("gate_threshold", None)
     for name, value in flags.items():
         if value is not None:
             values[name], origins[name] = value, flag_name(name)
     if "model" in values and Path(values["model"]).exists():
         values["model"] = str(Path(values["model"]).resolve())
-    return Resolved(Config(**values), origins)
+    if threshold is None:
+        return Resolved(Config(**values), origins)
+    # --gate-threshold supplies the thresholds the gate is checked for, so the gate goes on after it.
+    gate = values.pop("gate", "none")
+    return Resolved(Config(**values).with_gate_threshold(gate, threshold), origins)
 
 
 def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:

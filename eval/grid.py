@@ -17,6 +17,7 @@ from bertknn_search.errors import ConfigError
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.harness import Prepared, batches, prepare, vocab_mask
 from bertknn_search.eval.metrics import NO_ARTICLE
+from bertknn_search.gates import SIGNALS, confidence, learn_thresholds
 from bertknn_search.knn import knn_probs
 from bertknn_search.records import Neighbors
 from bertknn_search.search import Searcher
@@ -51,6 +52,7 @@ def grid_search(
     common_vocab: Collection[str] | None = None,
     batch_size: int | None = None,
     progress: bool = False,
+    gate: str | None = None,
 ) -> dict[str, Any]:
     """Find the (N, k, l, λ) with the best BERT-kNN mean P@1, macro-averaged over relations.
 
@@ -68,10 +70,16 @@ def grid_search(
         common_vocab: restrict answers and candidates to LAMA's common vocabulary.
         batch_size: questions per model call.
         progress: show a progress bar.
+        gate: also learn adaptive-retrieval thresholds at the best setting, for every signal the facts
+            have (popularity needs PopQA's or the index's): per relation and for all ("*"), maximising
+            adaptive accuracy (``gates.learn_thresholds``). The file then holds them and turns ``gate``
+            on ("none": thresholds only, for ``eval run`` to report). None learns none.
 
     Returns:
         ``{"best": settings, "score": P@1, "facts": scored facts, "read": facts read, "skipped": reason ->
-        count, "ties": settings sharing the best score, "grid": [settings + score, ...]}``. Settings are
+        count, "ties": settings sharing the best score, "grid": [settings + score, ...]}``, and with
+        ``gate`` ``"gates"``: signal -> relation -> threshold, dev adaptive accuracy, BERT's and
+        BERT-kNN's accuracy, the share retrieved and the facts. Settings are
         keyed by Config field; the file written spells them as the flags (``lambda``, ``n-articles``).
         Among tied settings the first in grid order wins (the values listed first).
 
@@ -79,18 +87,31 @@ def grid_search(
         ConfigError: an unknown key, an empty value list, a value ``Config`` rejects, or no scorable fact.
     """
     config = config or searcher.config
+    if gate in ("top1", "entropy") and not searcher.encoder.has_head:
+        raise ConfigError(f"--gate {gate} needs BERT's distribution, and this model has no masked-LM head")
     values = _grid_values(grid, config)
-    allowed = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
-    ready, unscorable = prepare(searcher, facts, allowed)
+    common = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
+    ready, unscorable = prepare(searcher, facts, common)
+    # Special tokens are never answers, as in the rankings ``evaluate`` scores.
+    allowed = searcher.answerable if common is None else common & searcher.answerable
     shape = tuple(len(v) for v in values.values())
     hits = np.zeros((*shape, len(ready)), dtype=bool)
     scored = np.zeros(len(ready), dtype=bool)
+    bert_hits = np.zeros(len(ready), dtype=bool)
+    signals: dict[str, list[float | None]] = {signal: [] for signal in SIGNALS}
     size, j = batch_size or config.batch_for(searcher.encoder.placement.device.type), 0
     with tqdm(total=len(ready), disable=not progress, desc="grid") as bar:
         for batch in batches(ready, size):
-            states, p_bert = searcher.encode([p.question for p in batch])
+            questions = [p.question for p in batch]
+            states, p_bert = searcher.encode(questions)
+            if gate is not None:
+                signals["popularity"] += searcher.gate_signal("popularity", questions, p_bert)
+                if p_bert is not None:
+                    for name, found in confidence(p_bert, searcher.answerable).items():
+                        signals[name] += found.tolist()
             for item, state, pb in zip(batch, states, [None] * len(batch) if p_bert is None else p_bert):
                 scored[j] = _fact_hits(searcher, item, state, pb, values, config, allowed, hits[..., j])
+                bert_hits[j] = pb is not None and bool(top1_hits(pb[None, :], item.gold, allowed)[0])
                 j += 1
             bar.update(len(batch))
     skipped = Counter(reason for _, reason in unscorable)
@@ -106,12 +127,33 @@ def grid_search(
     ]
     # The first maximum in grid order wins, so ties go to the values listed first.
     best = max(table, key=lambda row: row["score"])
-    settings = {key: best[key] for key in GRID_KEYS}
+    settings: dict[str, Any] = {key: best[key] for key in GRID_KEYS}
+    learned = {}
+    if gate is not None:
+        at = np.unravel_index(table.index(best), shape)
+        kept = np.flatnonzero(scored)
+        relations = [ready[i].fact.relation for i in kept]
+        # A model without an MLM head records no confidence signals: those gates learn nothing.
+        for signal, found in ((s, f) for s, f in signals.items() if len(f) == len(ready)):
+            picked = [found[i] for i in kept]
+            if any(v is not None for v in picked):
+                learned[signal] = learn_thresholds(
+                    signal, picked, relations, bert_hits[kept].tolist(), hits[at][kept].tolist()
+                )
+        settings["gate_thresholds"] = tuple(
+            sorted((s, r, row["threshold"]) for s, rows in learned.items() for r, row in rows.items())
+        )
+        if gate != "none" and gate not in learned:
+            raise ConfigError(
+                f"--gate {gate}: no tuning fact has a {gate} (popularity comes from PopQA's s_pop or the"
+                " index's article popularity); choose another gate"
+            )
+        settings["gate"] = gate
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(settings_file_values(settings), indent=2) + "\n", encoding="utf-8")
     result = {
-        "best": settings,
+        "best": {key: best[key] for key in GRID_KEYS},
         "score": best["score"],
         "facts": int(scored.sum()),
         "read": len(facts),
@@ -119,6 +161,9 @@ def grid_search(
         "ties": sum(row["score"] == best["score"] for row in table),
         "grid": table,
     }
+    if gate is not None:
+        result["gate"] = gate
+        result["gates"] = learned
     out_path.with_name(out_path.stem + ".grid.json").write_text(
         json.dumps(result, indent=2) + "\n", encoding="utf-8"
     )

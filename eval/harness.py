@@ -22,11 +22,13 @@ from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
 from bertknn_search.eval.report import write_report
+from bertknn_search.gates import SIGNALS, confidence, retrieves, threshold_for
 from bertknn_search.interpolate import rank
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
 
 CHECKPOINT = "facts.jsonl"
+ADAPTIVE = "adaptive_"  # + the gate's signal: the model that retrieves only where that gate says so
 RUN_FILE = "run.json"
 # Why a fact is not scored (besides metrics.NO_ARTICLE).
 NOT_ONE_TOKEN = "answer-not-one-token"
@@ -117,7 +119,8 @@ def prepare(
             skipped.append((fact, reason))
         else:
             allowed_gold = gold if allowed is None else tuple(i for i in gold if allowed[i])
-            ready.append(Prepared(fact, Question(fact.question, fact.subject), allowed_gold))
+            question = Question(fact.question, fact.subject, fact.popularity, fact.relation)
+            ready.append(Prepared(fact, question, allowed_gold))
     return ready, skipped
 
 
@@ -180,8 +183,13 @@ def evaluate(
             _append(out, lines)
             done.update({line["key"]: line for line in lines})
             bar.update(len(batch))
-    rows = [_fact_result(done[f.key]) for f in facts]
-    scores = macro_average(rows, models, no_article_wrong=no_article_wrong)
+    gates = {signal: config.thresholds(signal) for signal in SIGNALS if config.thresholds(signal)}
+    if not searcher.encoder.has_head:
+        # Without p_BERT there is no confidence to gate on; popularity still gates (to no answer).
+        gates = {signal: t for signal, t in gates.items() if signal == "popularity"}
+    rows = [_fact_result(done[f.key], gates) for f in facts]
+    scored_models = (*models, *(ADAPTIVE + signal for signal in gates))
+    scores = macro_average(rows, scored_models, no_article_wrong=no_article_wrong)
     after = searcher.backend.stats()
     datastore = {
         "contexts_mode": after.meta.contexts,
@@ -196,6 +204,9 @@ def evaluate(
     meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong, "store": store}
     meta["datastore"] = datastore
     meta["unavailable_models"] = [m for m in MODELS if m not in models]
+    if gates:
+        lines = [done[f.key] for f in facts]
+        meta["adaptive"] = adaptive_summary(lines, gates, config.gate, no_article_wrong)
     report = write_report(scores, out_dir, meta)
     return EvalResult(scores, report, path, len(facts), len(todo), resumed, datastore)
 
@@ -205,8 +216,22 @@ def _rank_batch(
 ) -> list[dict[str, Any]]:
     """One checkpoint line per fact: rank of the first gold id per model, and each model's top words."""
     vocab, top = searcher.encoder.vocab, max(KS)
+    # Special tokens are never answers (as in query's rankings); LAMA's vocabulary narrows further.
+    allowed = searcher.answerable if allowed is None else allowed & searcher.answerable
+    questions = [p.question for p in batch]
+    # Every fact retrieves, so that BERT-kNN is scored on all; the gates are applied afterwards from
+    # the signals recorded here, each fact's IR and kNN time telling what a gate saves.
+    results = searcher.score_batch(questions, config.replace(gate="none"))
+    heads = [s.p_bert for s in results if s.p_bert is not None]
+    p_bert = np.stack(heads) if heads and len(heads) == len(results) else None
+    signals: dict[str, list[float | None]] = {
+        "popularity": searcher.gate_signal("popularity", questions, p_bert)
+    }
+    if p_bert is not None:
+        for name, values in confidence(p_bert, searcher.answerable).items():
+            signals[name] = values.tolist()
     lines = []
-    for item, scored in zip(batch, searcher.score_batch([p.question for p in batch], config)):
+    for j, (item, scored) in enumerate(zip(batch, results)):
         hits, nb = scored.hits, scored.neighbors
         dists = {"bert": scored.p_bert, "knn": scored.p_knn, "bert_knn": scored.p}
         # A model without an MLM head has no p_BERT: its BERT column is left out, not scored as wrong.
@@ -218,9 +243,16 @@ def _rank_batch(
             "articles": [h.title for h in hits or []],
             "neighbors": len(nb),
             "top": {m: [vocab[i] for i in ids] for m, ids in ranked.items()},
+            # Rounded: a batch of other shape moves the last bits, and a resumed run must write equal lines.
+            "signals": {name: _rounded(values[j]) for name, values in signals.items()},
+            "seconds": scored.seconds,
         }
         lines.append(_line(item.fact, ranks, NO_ARTICLE if len(nb) == 0 else None, extra))
     return lines
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
 
 
 def _line(
@@ -237,15 +269,66 @@ def _line(
     }
 
 
-def _fact_result(line: dict[str, Any]) -> FactResult:
+def _fact_result(line: dict[str, Any], gates: Mapping[str, Mapping[str, float]] | None = None) -> FactResult:
+    """A checkpoint line's result, with an adaptive model's rank per gate: BERT-kNN's where it retrieves."""
+    ranks = dict(line.get("ranks") or {})
+    if ranks:
+        for signal, thresholds in (gates or {}).items():
+            go = _retrieves(line, signal, thresholds)
+            ranks[ADAPTIVE + signal] = ranks.get("bert_knn") if go else ranks.get("bert")
     return FactResult(
         line["corpus"],
         line["relation"],
         line["uuid"],
-        line.get("ranks") or {},
+        ranks,
         line.get("skipped"),
         line.get("popularity"),
     )
+
+
+def _retrieves(line: Mapping[str, Any], signal: str, thresholds: Mapping[str, float]) -> bool:
+    value = (line.get("signals") or {}).get(signal)
+    return retrieves(signal, value, threshold_for(thresholds, line["relation"]))
+
+
+def adaptive_summary(
+    lines: Sequence[Mapping[str, Any]],
+    gates: Mapping[str, Mapping[str, float]],
+    chosen: str,
+    no_article_wrong: bool = False,
+) -> dict[str, Any]:
+    """Per gate: its thresholds, the share of scored facts that retrieve (overall and per relation,
+    PopQA's Figure 10) and the IR + kNN time those that do not would save.
+
+    Returns:
+        signal -> {"chosen", "retrieved", "facts", "seconds_retrieval", "seconds_saved", "relations":
+        {relation: {"threshold", "retrieved", "facts"}}}.
+    """
+    counted = {None, NO_ARTICLE} if no_article_wrong else {None}
+    scored = [line for line in lines if line.get("ranks") and line.get("skipped") in counted]
+    out: dict[str, Any] = {}
+    for signal, thresholds in gates.items():
+        go = [_retrieves(line, signal, thresholds) for line in scored]
+        relations: dict[str, list[bool]] = {}
+        for line, g in zip(scored, go):
+            relations.setdefault(line["relation"], []).append(g)
+        seconds = [float(line.get("seconds") or 0.0) for line in scored]
+        out[signal] = {
+            "chosen": signal == chosen,
+            "facts": len(scored),
+            "retrieved": float(np.mean(go)) if go else None,
+            "seconds_retrieval": sum(seconds),
+            "seconds_saved": sum(t for t, g in zip(seconds, go) if not g),
+            "relations": {
+                relation: {
+                    "threshold": threshold_for(thresholds, relation),
+                    "retrieved": float(np.mean(flags)),
+                    "facts": len(flags),
+                }
+                for relation, flags in relations.items()
+            },
+        }
+    return out
 
 
 def _append(out: Any, lines: list[dict[str, Any]]) -> None:
@@ -269,7 +352,8 @@ def _run_settings(
         "layer": searcher.encoder.layer,
         "backend": searcher.config.backend,
         "index": str(searcher.config.index),
-        "settings": config.method_settings(),
+        # Evidence is not scored, so a run with other evidence settings may resume this one.
+        "settings": {k: v for k, v in config.method_settings().items() if k != "evidence"},
         "common_vocab": None if allowed is None else int(allowed.sum()),
         "models": list(models),
     }

@@ -11,10 +11,21 @@ from typing import Any
 
 from bertknn_search.eval.metrics import NO_ARTICLE, Bucket, MacroResult, Score
 
-LABELS = {"bert": "BERT", "knn": "kNN", "bert_knn": "BERT-kNN"}
-COLORS = {"bert": "C0", "knn": "C1", "bert_knn": "C2"}  # one colour per model across both plots
-# Bars of the popularity plot: the parametric model against the interpolation (PopQA's comparison).
-POPULARITY_MODELS = ("bert", "bert_knn")
+LABELS = {
+    "bert": "BERT",
+    "knn": "kNN",
+    "bert_knn": "BERT-kNN",
+    "adaptive_popularity": "Adaptive (popularity)",
+    "adaptive_top1": "Adaptive (top-1)",
+    "adaptive_entropy": "Adaptive (entropy)",
+}
+# One colour per model across all plots.
+COLORS = {"bert": "C0", "knn": "C1", "bert_knn": "C2", "adaptive_popularity": "C3", "adaptive_top1": "C4"}
+COLORS["adaptive_entropy"] = "C5"
+# Bars of the popularity plot: the parametric model against the interpolation (PopQA's comparison),
+# and the adaptive models where a run has them.
+POPULARITY_MODELS = ("bert", "bert_knn", "adaptive_popularity", "adaptive_top1", "adaptive_entropy")
+SIGNAL_UNITS = {"popularity": "log page views", "top1": "top-1 probability", "entropy": "nats"}
 # A cell of a ranking the model cannot give (BERT of a checkpoint without an MLM head): not 0.0.
 NA = "n/a"
 UNAVAILABLE_NOTES = {
@@ -48,7 +59,10 @@ def write_report(
     # in results.json, and shown as "n/a" in the Markdown and noted on the plots.
     unavailable = list(payload["meta"].get("unavailable_models") or [])
     paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-    paths["markdown"].write_text(render_markdown(result, unavailable), encoding="utf-8")
+    text = render_markdown(result, unavailable)
+    if meta and meta.get("adaptive"):
+        text += "\n" + render_adaptive(meta["adaptive"])
+    paths["markdown"].write_text(text, encoding="utf-8")
     plot_precision(result, paths["plot"], unavailable)
     if result.popularity:
         paths["popularity_plot"] = out_dir / "popularity.png"
@@ -160,6 +174,50 @@ def render_markdown(result: MacroResult, unavailable: Sequence[str] = ()) -> str
         ]
         lines += [*table(header, rows), ""]
     return "\n".join(lines)
+
+
+def render_adaptive(adaptive: Mapping[str, Any]) -> str:
+    """Adaptive retrieval: per gate, the share of facts that retrieved and the time it saves; per
+    relation, each gate's threshold and share (PopQA's Figure 10)."""
+    signals = list(adaptive)
+    lines = ["## Adaptive retrieval", ""]
+    lines += [
+        "A question retrieves (IR and kNN run) only where its gate says so: popularity or BERT's top-1"
+        " probability below the relation's threshold, or p_BERT's entropy above it (thresholds from"
+        " `eval grid`, the relation's or else `*`). Elsewhere the answer is BERT's. IR + kNN time: what"
+        " those stages took for every scored fact in this run, and the part the gate skips.",
+        "",
+    ]
+    header = ["Gate", "Facts", "Retrieved (%)", "IR + kNN s", "Saved s", "Saved (%)"]
+    rows = []
+    for signal, g in adaptive.items():
+        total, saved = g["seconds_retrieval"], g["seconds_saved"]
+        name = f"{signal}{' (--gate)' if g['chosen'] else ''}"
+        share = pct(saved / total) if total else "–"
+        rows.append([name, str(g["facts"]), pct(g["retrieved"]), f"{total:.2f}", f"{saved:.2f}", share])
+    lines += [*table(header, rows), ""]
+    relations = list(dict.fromkeys(r for g in adaptive.values() for r in g["relations"]))
+    header = ["Relation", "Facts"]
+    for signal in signals:
+        header += [f"{signal} threshold ({SIGNAL_UNITS[signal]})", f"{signal} retrieved (%)"]
+    rows = []
+    for relation in relations:
+        found = [adaptive[s]["relations"].get(relation) for s in signals]
+        row = [relation, str(max((f["facts"] for f in found if f), default=0))]
+        for signal, f in zip(signals, found):
+            if f is None or f["threshold"] is None:
+                row += ["–", pct(None if f is None else f["retrieved"])]
+            else:
+                row += [_threshold(signal, f["threshold"]), pct(f["retrieved"])]
+        rows.append(row)
+    lines += [*table(header, rows), ""]
+    return "\n".join(lines)
+
+
+def _threshold(signal: str, value: float) -> str:
+    """The threshold, or what it means when it lies past any value: retrieve always, or never."""
+    oriented = value if signal != "entropy" else -value  # entropy retrieves above its threshold
+    return "always" if oriented >= 1e9 else "never" if oriented <= -1e9 else f"{value:.3g}"
 
 
 def plot_precision(result: MacroResult, path: Path, unavailable: Sequence[str] = ()) -> None:

@@ -30,7 +30,10 @@ class MaskedRow:
 
 def fingerprint(article: Article, config: Config) -> str:
     """Hash of what decides an article's contexts: equal fingerprints mean nothing to redo."""
-    parts = (config.model, config.layer, config.mask_policy, config.max_length, article.title, article.text)
+    parts: tuple[object, ...] = (config.model, config.layer, config.mask_policy, config.max_length)
+    parts += (article.title, article.text)
+    if article.popularity is not None:  # only then: fingerprints of articles without one stay as they were
+        parts += (article.popularity,)
     return hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).hexdigest()[:20]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 import zlib
@@ -29,6 +30,8 @@ SUPPORTED = (
 )
 _BY_SUFFIX = {".xml": "xml", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 _FIELDS = ("id", "title", "text")
+# An optional column: the article's popularity (page views), which the adaptive-retrieval gate reads.
+POPULARITY = "popularity"
 # Wikipedia's own cap on a page's wikitext (2 MiB). An article past it is not a Wikipedia article, and
 # its cost (sentence splitting, hundreds of thousands of contexts, one stored row) is refused up front.
 MAX_ARTICLE_CHARS = 2 * 1024 * 1024
@@ -169,10 +172,11 @@ def _read_parquet(path: Path) -> Iterator[Article]:
                 f"{path}: parquet file lacks column(s) {', '.join(missing)}; it needs id, title and text"
             )
         row = 0
-        for batch in table.iter_batches(batch_size=256, columns=list(_FIELDS)):
-            for values in zip(*(batch.column(name).to_pylist() for name in _FIELDS)):
+        names = [*_FIELDS, POPULARITY] if POPULARITY in table.schema_arrow.names else list(_FIELDS)
+        for batch in table.iter_batches(batch_size=256, columns=names):
+            for values in zip(*(batch.column(name).to_pylist() for name in names)):
                 row += 1
-                yield _record(path, f"row {row}", dict(zip(_FIELDS, values)))
+                yield _record(path, f"row {row}", dict(zip(names, values)))
 
 
 def _read_extracted(path: Path) -> Iterator[Article]:
@@ -229,7 +233,16 @@ def _record(path: Path, where: str, row: Any) -> Article:
         raise InputFormatError(f"{path}: {where} has id {doc_id!r}; use a non-empty string or an integer")
     if not isinstance(title, str) or not isinstance(text, str):
         raise InputFormatError(f"{path}: {where} has a title or text that is not a string")
-    return _article(path, where, str(doc_id).strip(), title, text)
+    article = _article(path, where, str(doc_id).strip(), title, text)
+    popularity = row.get(POPULARITY)
+    if popularity is None:
+        return article
+    number = isinstance(popularity, int | float) and not isinstance(popularity, bool)
+    if not number or not 0 <= popularity < math.inf:
+        raise InputFormatError(
+            f"{path}: {where} has popularity {popularity!r}; use a number >= 0 (page views) or leave it out"
+        )
+    return Article(article.id, article.title, article.text, float(popularity))
 
 
 def _article(path: Path, where: str, doc_id: str, title: str, text: str) -> Article:

@@ -55,7 +55,7 @@ def test_ingest_query_stats_round_trip(base_config: Config, corpus: Path, tmp_pa
     )
     answer = json.loads(r.output)
     assert answer["bert_knn"][0]["word"] == "quenton"
-    assert answer["articles"] == [{"id": "100", "title": "Zorblat", "score": None}]
+    assert answer["articles"] == [{"id": "100", "title": "Zorblat", "score": None, "popularity": None}]
     assert len(answer["bert"]) == 10 and answer["n_neighbors"] == 25
 
     r = run("query", "Zorblat was born in [MASK].", "--subject", "Zorblat", "--top", "3", *common)
@@ -315,5 +315,6 @@ def test_settings_file_takes_the_flag_names(built_index: Config, tmp_path: Path)
     path.write_text(json.dumps({"lamda": 0.5}))
     line = one_line_error(run("query", *common, "--settings", path))
     assert line.endswith(
-        "unknown keys ['lamda']; allowed: n-articles, k, temperature, lambda, distance, no-ir"
+        "unknown keys ['lamda']; allowed: n-articles, k, temperature, lambda, distance, no-ir, gate,"
+        " gate-thresholds, evidence"
     )

@@ -182,3 +182,24 @@ def test_grid_runs_on_a_model_without_a_head_and_every_lambda_ties(
     result = json.loads(r.stdout)
     # kNN alone: λ changes nothing, and the score is kNN's.
     assert result["ties"] == 2 and result["score"] == 1.0
+
+
+def test_a_confidence_gate_is_refused_without_a_head(headless_index: Path) -> None:
+    # A random head's top-1 probability would decide retrieval at random: one line, non-zero exit.
+    args = ["query", QUESTION, "--index", headless_index, "--device", "cpu", "--subject", "Zorblat"]
+    r = CliRunner().invoke(main, [str(a) for a in [*args, "--gate", "top1", "--gate-threshold", "0.5"]])
+    assert r.exit_code != 0 and "no masked-LM head" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, [str(a) for a in [*args, "--gate", "popularity", "--gate-threshold", "5"]])
+    assert r.exit_code == 0, r.output
+
+
+def test_grid_learns_no_confidence_gate_without_a_head(
+    headless_index: Path, facts: list[demo.Fact], tmp_path: Path
+) -> None:
+    questions = _facts_file(facts, tmp_path / "facts.jsonl")
+    r = run(
+        *("eval", "grid", "--questions", questions, "--index", headless_index, "--device", "cpu"),
+        *("--grid-n", "3", "--grid-k", "128", "--grid-temperature", "1", "--grid-lambda", "0.3"),
+        *("--gate", "top1", "--no-progress", "--out", tmp_path / "settings.json", "--json"),
+    )
+    assert r.exit_code != 0 and "no masked-LM head" in r.output and "Traceback" not in r.output

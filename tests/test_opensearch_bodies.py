@@ -262,7 +262,7 @@ def test_title_body() -> None:
         "size": 3,
         "query": {"term": {"title.key": "café noir"}},
         "sort": [{"id": "asc"}],
-        "_source": ["title"],
+        "_source": ["title", "popularity"],  # the adaptive-retrieval gate reads the subject's popularity
     }
 
 

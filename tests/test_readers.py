@@ -444,3 +444,19 @@ def test_wikiextractor_featured_sample(shared: Path) -> None:
 def test_mwxml_synthetic_dump(shared: Path) -> None:
     # export-0.8, two revisions of page 1 (the latest wins), page 2 is in the Talk namespace.
     assert list(read_articles(shared / "mwxml-dump.xml")) == [Article("1", "Foo", "Revision 2 text")]
+
+
+def test_an_optional_popularity_column_is_read_from_jsonl_and_parquet(tmp_path: Path) -> None:
+    rows = [
+        {"id": "1", "title": "Zorblat", "text": "Zorblat was born in Quenton.", "popularity": 1234},
+        {"id": "2", "title": "Mirvane", "text": "Mirvane was born in Oskavel.", "popularity": None},
+    ]
+    jsonl = tmp_path / "pop.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    table = tmp_path / "pop.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), table)
+    for path in (jsonl, table):
+        assert [a.popularity for a in read_articles(path)] == [1234.0, None]
+    jsonl.write_text(json.dumps({**rows[0], "popularity": "many"}) + "\n", encoding="utf-8")
+    with pytest.raises(InputFormatError, match=r"line 1 has popularity 'many'; use a number >= 0"):
+        list(read_articles(jsonl))

@@ -102,4 +102,5 @@ def exact_knn(query: np.ndarray, k: int, blocks: list[tuple[str, Block]]) -> Nei
         sentence_ids=cols["sentence_ids"][order],
         starts=cols["starts"][order],
         ends=cols["ends"][order],
+        vectors=keys[order],
     )

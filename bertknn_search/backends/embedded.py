@@ -44,6 +44,10 @@ from bertknn_search.terms import query_terms
 
 DB_NAME = sqlite_file.DB_NAME
 SCHEMA_VERSION = "4"  # 2: accent-folded terms, max_length; 3: tantivy, lazy contexts; 4: precision
+POPULARITY_TABLE = (
+    "CREATE TABLE IF NOT EXISTS popularity"
+    " (article INTEGER PRIMARY KEY REFERENCES articles(rowid), value REAL NOT NULL)"
+)
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
 SCHEMA = """
@@ -60,6 +64,10 @@ CREATE TABLE IF NOT EXISTS articles (
     n_chars INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS articles_title ON articles(title_key);
+CREATE TABLE IF NOT EXISTS popularity (
+    article INTEGER PRIMARY KEY REFERENCES articles(rowid),
+    value REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS contexts (
     article INTEGER PRIMARY KEY REFERENCES articles(rowid),
     sentences TEXT NOT NULL,
@@ -96,7 +104,12 @@ class EmbeddedBackend:
         self._lock = threading.RLock()  # the ingest writer thread shares the connection
         self._flat: FlatIndex | None = None
         if not read_only:
+            # Indexes built before article popularity existed gain its table (schema stays 4: optional).
+            with self._lock, conn:
+                conn.execute(POPULARITY_TABLE)
             ir.recover(self._ir_versions)
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'popularity'"
+        self._popularity = conn.execute(found).fetchone() is not None
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -229,7 +242,7 @@ class EmbeddedBackend:
                 row = cur.execute("SELECT rowid FROM articles WHERE id = ?", (aid,)).fetchone()
                 if row is None:
                     continue
-                for table in ("contexts", "texts"):
+                for table in ("contexts", "texts", "popularity"):
                     cur.execute(f"DELETE FROM {table} WHERE article = ?", row)
                 cur.execute("DELETE FROM articles WHERE rowid = ?", row)
                 batch.remove(aid)
@@ -255,6 +268,9 @@ class EmbeddedBackend:
             (art.id, *row, ir_version, len(art.text)),
         )
         rowid = cur.execute("SELECT rowid FROM articles WHERE id = ?", (art.id,)).fetchone()[0]
+        cur.execute("DELETE FROM popularity WHERE article = ?", (rowid,))
+        if art.popularity is not None:
+            cur.execute("INSERT INTO popularity VALUES (?, ?)", (rowid, art.popularity))
         if block is None:
             # Text only (a lazy index): contexts cached for an older text are stale from now on.
             cur.execute("DELETE FROM contexts WHERE article = ?", (rowid,))
@@ -413,12 +429,16 @@ class EmbeddedBackend:
         return out
 
     def find_titles(self, title: str, n: int) -> list[ArticleHit]:
+        popularity = (
+            "(SELECT value FROM popularity p WHERE p.article = a.rowid)" if self._popularity else "NULL"
+        )
         with self._read() as cur:
             rows = cur.execute(
-                "SELECT id, title FROM articles WHERE title_key = ? ORDER BY id LIMIT ?",
+                f"SELECT a.id, a.title, {popularity} FROM articles a WHERE a.title_key = ? ORDER BY a.id"
+                " LIMIT ?",
                 (title.strip().lower(), n),
             ).fetchall()
-        return [ArticleHit(id_, found, float("inf")) for id_, found in rows]
+        return [ArticleHit(id_, found, float("inf"), pop) for id_, found, pop in rows]
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by Lucene BM25 summed over the unigram and bigram fields; ties by id."""

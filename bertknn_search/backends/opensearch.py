@@ -344,7 +344,10 @@ class OpenSearchBackend:
             "look up a title",
             lambda: self.client.search(index=self.names["articles"], body=bodies.title_body(title, n)),
         )
-        return [ArticleHit(h["_id"], h["_source"]["title"], float("inf")) for h in response["hits"]["hits"]]
+        return [
+            ArticleHit(h["_id"], h["_source"]["title"], float("inf"), h["_source"].get("popularity"))
+            for h in response["hits"]["hits"]
+        ]
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""

@@ -125,6 +125,8 @@ def article_action(item: EncodedArticle, index: str) -> dict[str, Any]:
         # Pre-tokenised with the shared terms: the index only splits on whitespace.
         "terms": " ".join(tokenize(document_text(art.title, art.text))),
     }
+    if art.popularity is not None:
+        source["popularity"] = art.popularity
     if block is None:  # a lazy index: the text waits for the first query that needs its contexts
         source.update(n_sentences=0, n_contexts=0, sentences=[], text=art.text)
     else:
@@ -228,7 +230,7 @@ def title_body(title: str, n: int = 1) -> dict[str, Any]:
         "size": n,
         "query": {"term": {"title.key": title.strip().lower()}},
         "sort": [{"id": "asc"}],
-        "_source": ["title"],
+        "_source": ["title", "popularity"],
     }
 
 

@@ -141,7 +141,8 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         """
         cfg = body.apply(config)
         items = body.items()
-        futures = batcher.submit([Question(q.question, q.subject) for q in items], cfg)
+        asked = [Question(q.question, q.subject, q.popularity, q.relation) for q in items]
+        futures = batcher.submit(asked, cfg)
         results = await asyncio.gather(*map(asyncio.wrap_future, futures), return_exceptions=True)
         for i, result in enumerate(results):
             if isinstance(result, BaseException):

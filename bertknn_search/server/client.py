@@ -12,10 +12,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bertknn_search.config import flag_name, read_settings_file
+from bertknn_search.config import flag_name, read_settings_file, thresholds_to_json
 from bertknn_search.errors import BertKnnError, ConfigError
 from bertknn_search.output import render_answer, to_json
-from bertknn_search.records import Answer, ArticleHit, Evidence, EvidenceSentence, Prediction, Question
+from bertknn_search.records import (
+    Answer,
+    ArticleHit,
+    Evidence,
+    EvidenceSentence,
+    GateDecision,
+    Prediction,
+    Question,
+)
 from bertknn_search.server.schemas import MAX_QUESTIONS
 
 # Config field -> the request's name for it (the flag's), and whether the value is negated.
@@ -27,6 +35,10 @@ REQUEST_NAMES: dict[str, tuple[str, bool]] = {
     "temperature": ("temperature", False),
     "distance": ("distance", False),
     "use_ir": ("no-ir", True),
+    "gate": ("gate", False),
+    "gate_threshold": ("gate-threshold", False),
+    "gate_thresholds": ("gate-thresholds", False),
+    "evidence": ("evidence", False),
 }
 TIMEOUT_S = 600.0  # a full batch of BERT-base questions on a CPU takes tens of seconds
 
@@ -49,6 +61,8 @@ def method_overrides(flags: Mapping[str, Any], settings: Path | None) -> dict[st
     for name, value in values.items():
         key, negated = REQUEST_NAMES[name]
         out[key] = (not value) if negated else value
+    if "gate-thresholds" in out:
+        out["gate-thresholds"] = thresholds_to_json(out["gate-thresholds"])
     return out
 
 
@@ -60,7 +74,10 @@ def ask(url: str, questions: Sequence[Question], overrides: Mapping[str, Any]) -
     """
     for lo in range(0, len(questions), MAX_QUESTIONS):
         chunk = questions[lo : lo + MAX_QUESTIONS]
-        body = {"questions": [{"question": q.text, "subject": q.subject} for q in chunk], **overrides}
+        asked = [{"question": q.text, "subject": q.subject} for q in chunk]
+        for item, q in zip(asked, chunk):  # only when given: an older server would refuse the fields
+            item.update({k: v for k, v in (("popularity", q.popularity), ("relation", q.relation)) if v})
+        body = {"questions": asked, **overrides}
         for item in post(url, "/query", body)["answers"]:
             yield answer_from_json(item)
 
@@ -118,7 +135,9 @@ def answer_from_json(item: Mapping[str, Any]) -> Answer:
         subject=item["subject"],
         # The subject's own article has no BM25 score: infinity, which JSON spells null.
         articles=[
-            ArticleHit(a["id"], a["title"], float("inf") if a["score"] is None else a["score"])
+            ArticleHit(
+                a["id"], a["title"], float("inf") if a["score"] is None else a["score"], a.get("popularity")
+            )
             for a in item["articles"]
         ],
         bert_knn=predictions(item["bert_knn"]),
@@ -129,4 +148,5 @@ def answer_from_json(item: Mapping[str, Any]) -> Answer:
         ],
         n_neighbors=item["n_neighbors"],
         bert_available=item.get("bert_available", True),
+        gate=GateDecision(**item["gate"]) if item.get("gate") else None,
     )

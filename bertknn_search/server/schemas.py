@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bertknn_search.config import Config
+from bertknn_search.config import Config, thresholds_from_json
 
 # Bounds: a request may not make the server do unbounded work or hold unbounded memory.
 MAX_QUESTIONS = 1024  # per request; more are sent in several requests (query --server does)
@@ -21,9 +21,11 @@ class Strict(BaseModel):
 class QuestionIn(Strict):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="With one [MASK].")
     subject: str | None = Field(None, max_length=1000, description="The fact's subject, if any.")
+    popularity: float | None = Field(None, ge=0.0, description="Subject page views (gate).")
+    relation: str | None = Field(None, max_length=200, description="Relation (gate threshold).")
 
 
-METHOD_FIELDS = ("top", "k", "n_articles", "lam", "temperature", "distance")
+METHOD_FIELDS = ("top", "k", "n_articles", "lam", "temperature", "distance", "gate", "evidence")
 
 
 class MethodOverrides(Strict):
@@ -36,12 +38,25 @@ class MethodOverrides(Strict):
     temperature: float | None = Field(None, gt=0.0, description="The paper's l.")
     distance: Literal["squared-l2", "l2"] | None = Field(None, description="d in exp(-d/l).")
     no_ir: bool | None = Field(None, alias="no-ir", description="Search every context (the ablation).")
+    gate: Literal["none", "popularity", "top1", "entropy"] | None = Field(
+        None, description="Adaptive retrieval: which signal decides whether to retrieve."
+    )
+    gate_threshold: float | None = Field(None, alias="gate-threshold", description="One threshold for all.")
+    gate_thresholds: dict[str, dict[str, float]] | None = Field(
+        None, alias="gate-thresholds", description="signal -> relation -> threshold, as 'eval grid' writes."
+    )
+    evidence: Literal["diverse", "nearest"] | None = Field(None, description="Evidence by information gain.")
 
     def apply(self, config: Config) -> Config:
         """``config`` with the given overrides (Config checks the combination again)."""
         changes: dict[str, Any] = {n: getattr(self, n) for n in METHOD_FIELDS if getattr(self, n) is not None}
         if self.no_ir is not None:
             changes["use_ir"] = not self.no_ir
+        if self.gate_thresholds is not None:
+            changes["gate_thresholds"] = thresholds_from_json(self.gate_thresholds, "request")
+        if self.gate_threshold is not None:
+            gate = changes.pop("gate", config.gate)
+            return config.replace(**changes).with_gate_threshold(gate, self.gate_threshold)
         return config.replace(**changes) if changes else config
 
 
