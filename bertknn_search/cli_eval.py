@@ -23,6 +23,7 @@ from bertknn_search.cli_eval_options import (
     json_flag,
     models_option,
     relations_option,
+    report_options,
 )
 from bertknn_search.cli_options import (
     backend_options,
@@ -60,20 +61,11 @@ def eval_group() -> None:
 
 @eval_group.command("run")
 @dataset_options
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("eval-out"),
-    show_default=True,
-    help="Report folder; a re-run resumes from it.",
-)
-@click.option("--no-resume", is_flag=True, help="Start over instead of continuing an interrupted run.")
-@click.option(
-    "--no-article",
-    type=click.Choice(["skip", "wrong"]),
-    default="skip",
-    show_default=True,
-    help="Facts whose IR step finds no article: leave them out, or score them wrong (the reference's way).",
+@report_options(
+    "eval-out",
+    "Report folder; a re-run resumes from it.",
+    "Start over instead of continuing an interrupted run.",
+    "Facts whose IR step finds no article: leave them out, or score them wrong (the reference's way).",
 )
 @no_progress_option
 @json_flag(
@@ -374,20 +366,11 @@ def eval_corpus(
 @ablation_options
 @click.option("--at", type=click.Choice(KS), default=KS[0], show_default=True, help="P@k in table and plot.")
 @models_option
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("eval-ablation"),
-    show_default=True,
-    help="A report folder per run, and ablation.md/.json/.png; a re-run resumes.",
-)
-@click.option("--no-resume", is_flag=True, help="Start every run over.")
-@click.option(
-    "--no-article",
-    type=click.Choice(["skip", "wrong"]),
-    default="skip",
-    show_default=True,
-    help="Facts whose IR step finds no article: leave them out, or score them wrong.",
+@report_options(
+    "eval-ablation",
+    "A report folder per run, and ablation.md/.json/.png; a re-run resumes.",
+    "Start every run over.",
+    "Facts whose IR step finds no article: leave them out, or score them wrong.",
 )
 @cache_option
 @no_progress_option

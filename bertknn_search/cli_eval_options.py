@@ -47,6 +47,27 @@ dataset_options = stacked(
 )
 
 
+def report_options(default_out: str, out_help: str, resume_help: str, no_article_help: str) -> Decorator:
+    """``--out``, ``--no-resume`` and ``--no-article``: where a run's reports go and how it resumes."""
+    return stacked(
+        click.option(
+            "--out",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=Path(default_out),
+            show_default=True,
+            help=out_help,
+        ),
+        click.option("--no-resume", is_flag=True, help=resume_help),
+        click.option(
+            "--no-article",
+            type=click.Choice(["skip", "wrong"]),
+            default="skip",
+            show_default=True,
+            help=no_article_help,
+        ),
+    )
+
+
 def json_flag(what: str) -> Decorator:
     """``--json`` with help that says what is printed (each command prints one object per line)."""
     return click.option("--json", "as_json", is_flag=True, help=f"Print JSON: {what}.")

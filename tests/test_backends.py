@@ -119,10 +119,10 @@ def both(built_index: Config, opensearch_config: Config, corpus: Path) -> Iterat
     opensearch.close()
 
 
-def questions(facts: list[Fact]) -> list[Question]:
+def questions(facts: list[Fact], n: int = 6) -> list[Question]:
     """KB questions (subject → own article), free questions (BM25 top-3), and one with no match at all."""
     qs = []
-    for f in facts[:6]:
+    for f in facts[:n]:
         qs.append(Question(f"{f.person.title()} was born in [MASK].", f.person.title()))
         qs.append(Question(f"Many people in [MASK] knew {f.person.title()} as a famous {f.job}."))
     qs.append(Question("[MASK] zzzunseen qqqunknown."))

@@ -19,6 +19,7 @@ from bertknn_search.errors import LazyIndexError
 from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Answer, Question
 from bertknn_search.search import Searcher
+from tests.test_backends import questions as backend_questions
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +44,7 @@ def pair(built_index: Config, lazy_copy: Config) -> Iterator[tuple[Searcher, Sea
 
 
 def questions(facts: list[Fact]) -> list[Question]:
-    """KB questions (own article), free questions (BM25 top-3) and one that finds no article."""
-    qs = []
-    for f in facts[:5]:
-        qs.append(Question(f"{f.person.title()} was born in [MASK].", f.person.title()))
-        qs.append(Question(f"Many people in [MASK] knew {f.person.title()} as a famous {f.job}."))
-    qs.append(Question("[MASK] zzzunseen qqqunknown."))
-    return qs
+    return backend_questions(facts, 5)
 
 
 def test_a_lazy_ingest_stores_text_and_no_contexts(lazy_index: Config, built_index: Config) -> None:
