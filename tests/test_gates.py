@@ -15,7 +15,7 @@ from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
 from bertknn_search.gates import ALWAYS, confidence, learn_thresholds, retrieves
-from bertknn_search.ingest.pipeline import ingest
+from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
 from tests.test_backends import opensearch_config  # noqa: F401  (a fixture)
@@ -271,3 +271,35 @@ def test_an_index_built_before_article_popularity_still_opens(index_copy: Config
         "popularity",
     )
     db.close()
+
+
+def test_an_opensearch_index_made_before_popularity_takes_one(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bertknn_search.backends import open_backend
+    from bertknn_search.backends import opensearch_bodies as bodies
+
+    config = request.getfixturevalue("opensearch_config")
+    without, with_it = POP_ROWS[1:], POP_ROWS[:1]
+    real = bodies.load_mapping
+
+    def before_popularity(kind: str) -> dict[str, Any]:
+        body = real(kind)
+        body["mappings"]["properties"].pop("popularity", None)
+        return body
+
+    # The index as an older version made it: a strict articles mapping without the field.
+    with monkeypatch.context() as patch:
+        patch.setattr(bodies, "load_mapping", before_popularity)
+        corpus = tmp_path / "old.jsonl"
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in without), encoding="utf-8")
+        ingest(corpus, config, progress=False)
+    added = tmp_path / "new.jsonl"
+    added.write_text("".join(json.dumps(r) + "\n" for r in with_it), encoding="utf-8")
+    add_articles(added, config, progress=False)
+    store = open_backend(config)
+    try:
+        assert [h.popularity for h in store.find_titles("Zorblat", 3)] == [50000.0]
+        assert [h.popularity for h in store.find_titles("Mirvane", 3)] == [None]
+    finally:
+        store.close()

@@ -56,6 +56,7 @@ class OpenSearchBackend:
         self._meta = meta
         self._restore: dict[str, dict[str, Any]] | None = None  # settings to put back after bulk loading
         self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
+        self._has_popularity = False  # known to be in the articles mapping (older indexes lack it)
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -137,6 +138,8 @@ class OpenSearchBackend:
             return
         for item in latest:
             self._check_dim(item)
+        if any(item.article.popularity is not None for item in latest):
+            self._ensure_popularity_field()
         self._enter_bulk_mode()
         contexts, articles = self.names["contexts"], self.names["articles"]
         dtype = self._meta.store_dtype
@@ -327,6 +330,23 @@ class OpenSearchBackend:
             lambda: self.client.indices.put_settings(index=indices, body={"index": BULK_SETTINGS}),
         )
         self._restore = restore
+
+    def _ensure_popularity_field(self) -> None:
+        """Add ``popularity`` to an articles index made before it existed.
+
+        The mapping is strict, so such an index would refuse the field; adding a field to a mapping is
+        allowed and leaves every stored document as it is.
+        """
+        if self._has_popularity:
+            return
+        name = self.names["articles"]
+        mapping = self._call("read the articles mapping", lambda: self.client.indices.get_mapping(index=name))
+        properties = mapping.get(name, {}).get("mappings", {}).get("properties", {})
+        if "popularity" not in properties:
+            body = {"properties": {"popularity": {"type": "double"}}}
+            put = self.client.indices.put_mapping
+            self._call("add the popularity field", lambda: put(index=name, body=body))
+        self._has_popularity = True
 
     def _put_meta(self, name: str, mappings: dict[str, Any], restore: dict[str, Any] | None) -> None:
         meta = mappings.get(name, {}).get("mappings", {}).get("_meta", {})
