@@ -9,6 +9,8 @@ Three parts, each on its own flag:
   (BM25 over the question) and subject questions (the title shortcut) are timed through ``retrieve``.
 - ``--splitters``: sentence splitters on the shared enwiki fragment and LAMA's T-REx evidence sentences
   (speed, sentence counts, boundaries that differ from pysbd's). Needs ``pip install pysbd blingfire``.
+- ``--stages``: each stage of the text pass alone (reading, preparing on one core, writing with one
+  and two tantivy threads), the per-core rates a many-core machine's rate is estimated from.
 - ``--xml``: the MediaWiki XML path (mwparserfromhell markup stripping) in characters/s on one core and
   on every core (a process pool over pages).
 
@@ -230,6 +232,74 @@ def _boundaries(sentences: list[str]) -> set[int]:
     return ends
 
 
+def stage_rates(work: Path, n: int, seed: int) -> dict[str, Any]:
+    """Per-core rates of the text pass's stages on ``n`` generated articles, each stage alone.
+
+    read: records from the JSONL file (the reading thread's share); prepare: ``prepare`` of the lazy
+    ingest (JSON decoding, checks, fingerprint, IR field texts) and of an eager one (the same plus
+    sentence splitting), on one core; write: ``add_articles`` of 4,000-article writes with the field
+    texts given (what the writer does), tantivy on one and on two indexing threads.
+    """
+    from bertknn_search.backends import article_index
+    from bertknn_search.ingest.prepare import TextSpec, prepare
+    from bertknn_search.ingest.readers import read_records
+    from bertknn_search.records import EncodedArticle, IndexMeta
+
+    corpus = work / f"corpus-{n}.jsonl"
+    if not corpus.exists():
+        write_corpus(n, corpus, seed)
+    t0 = time.perf_counter()
+    records = list(read_records(corpus))
+    read = time.perf_counter() - t0
+    out: dict[str, Any] = {"articles": n}
+    settings = ("model", "11", "single-wordpiece", "512")
+    for name, split in (("prepare_lazy", False), ("prepare_eager", True)):
+        t0 = time.perf_counter()
+        prepared = prepare(records, TextSpec(settings, split=split, ir_fields=True))
+        out[name] = time.perf_counter() - t0
+    chars = sum(len(p.article.text) for p in prepared)
+    out["text_mb"] = chars / 1e6
+    out["read"] = read
+    meta = IndexMeta(model="bench", layer=11, dim=64, vocab_size=30522, mask_policy="single-wordpiece")
+    python_side = _timed_methods(
+        (EmbeddedBackend, "_write_one"), (article_index.ArticleBatch, "add")
+    )  # the writer's own Python work (SQLite rows, tantivy documents); the rest is tantivy's threads
+    for threads in (1, 2):
+        python_side.clear()
+        index = work / f"stage-index-{threads}"
+        subprocess.run(["rm", "-rf", str(index)], check=True)
+        article_index.DOCS_PER_THREAD = 4_000 // threads
+        backend = EmbeddedBackend.create(index, meta)
+        t0 = time.perf_counter()
+        for lo in range(0, n, 4_000):
+            batch = prepared[lo : lo + 4_000]
+            items = [EncodedArticle(p.article, None, p.fingerprint) for p in batch]
+            backend.add_articles(items, ir_fields={p.article.id: p.ir_fields for p in batch})
+        out[f"write_{threads}_threads"] = time.perf_counter() - t0
+        out[f"write_{threads}_threads_python"] = sum(python_side.values())
+        backend.close()
+        subprocess.run(["rm", "-rf", str(index)], check=True)
+    out["mb_per_s"] = {k: chars / 1e6 / v for k, v in out.items() if k not in ("articles", "text_mb")}
+    return out
+
+
+def _timed_methods(*methods: tuple[type, str]) -> dict[str, float]:
+    """Wrap methods so that the seconds spent in each add up in the returned dict."""
+    spent: dict[str, float] = {}
+    for cls, name in methods:
+        real = getattr(cls, name)
+
+        def timed(*args: Any, _real: Any = real, _key: str = f"{cls.__name__}.{name}", **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _real(*args, **kwargs)
+            finally:
+                spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - t0
+
+        setattr(cls, name, timed)
+    return spent
+
+
 def xml_path(processes: int) -> dict[str, Any]:
     import bz2
     import xml.etree.ElementTree as ET
@@ -273,6 +343,8 @@ def main() -> None:
     )
     parser.add_argument("--splitters", action="store_true")
     parser.add_argument("--xml", action="store_true")
+    parser.add_argument("--stages", action="store_true", help="per-core rates of each text-pass stage")
+    parser.add_argument("--stage-articles", type=int, default=12_000)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="for --xml")
     parser.add_argument("--work", type=Path, help="corpora and indexes (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the indexes")
@@ -282,9 +354,13 @@ def main() -> None:
     results: dict[str, Any] = {"cpu_count": os.cpu_count(), "load_average": os.getloadavg()}
     if args.splitters:
         results["splitters"] = splitters()
+    if args.stages:
+        work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+        work.mkdir(parents=True, exist_ok=True)
+        results["stages"] = stage_rates(work, args.stage_articles, args.seed)
     if args.xml:
         results["xml"] = xml_path(args.processes)
-    if args.articles and not (args.splitters or args.xml):
+    if args.articles and not (args.splitters or args.xml or args.stages):
         work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
         work.mkdir(parents=True, exist_ok=True)
         results["sizes"] = run_sizes(args, work)

@@ -162,9 +162,11 @@ def ingest(
     rest = chain([first] if first is not None else [], chunks)
     seen = SeenIds()
     try:
-        # Three stages overlap: the next chunk is read, split and turned into rows on the "prepare"
-        # thread while this one is encoded here, and the previous one is written on the "writer" thread.
-        # On a GPU the main thread mostly waits on the device, so the CPU stages no longer add to it.
+        # The stages overlap: chunks are read on the "prepare" thread and prepared (decoded, stripped,
+        # split, IR text) in the worker processes ahead of need; the next one is checked against the
+        # index and turned into rows on the "prepare" thread while this one is encoded here, and the
+        # previous one is written on the "writer" thread. On a GPU the main thread mostly waits on the
+        # device, so the CPU stages no longer add to it.
         with (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,

@@ -191,8 +191,10 @@ def test_an_index_made_before_splitters_were_recorded_opens_and_encodes(
         assert conn.execute("SELECT value FROM meta WHERE key = 'splitter'").fetchone() is None
 
 
-def test_the_worker_entry_point_needs_no_model_code() -> None:
-    imports = "import sys; import bertknn_search.ingest.prepare"
+def test_a_worker_of_the_cli_imports_no_model_code() -> None:
+    # What a spawned worker of `python -m bertknn_search ingest wiki` imports: the parent's main module
+    # (spawn runs it again, as __mp_main__) and the preparation code.
+    imports = "import sys; import bertknn_search.__main__, bertknn_search.ingest.prepare"
     code = f"{imports}; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT, check=True
