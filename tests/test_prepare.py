@@ -21,7 +21,7 @@ from bertknn_search.config import Config
 from bertknn_search.errors import IndexMismatchError, InputFormatError
 from bertknn_search.ingest import pipeline
 from bertknn_search.ingest.prepare import TextPool, TextSpec, prepare
-from bertknn_search.ingest.readers import read_records
+from bertknn_search.ingest.readers import finish, read_articles, read_records
 from bertknn_search.ingest.sentences import SPLITTER
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
@@ -58,6 +58,18 @@ def test_workers_prepare_what_this_process_does_in_order_and_never_import_torch(
     assert [p.article.id for chunk in here for p in chunk] == [str(i) for i in range(50)]
     assert here[0][0].sentences == ["Zorblat 0 was a poet.", "He met Ada 0."]
     assert here[0][0].ir_fields == field_texts("Zorblat 0", "Zorblat 0 was a poet. He met Ada 0.")
+
+
+def test_xml_records_leave_the_markup_stripping_to_the_workers(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.xml"
+    page = "<page><title>{}</title><ns>0</ns><id>{}</id><revision><text>{}</text></revision></page>"
+    body = "'''Ada''' was a [[poet]].{{cite|x}} She lived in [[Quenton|the town]]."
+    pages = page.format("Ada", 7, body) + page.format("R", 8, "#REDIRECT [[Ada]]")
+    dump.write_text(f"<mediawiki>{pages}</mediawiki>", encoding="utf-8")
+    records = list(read_records(dump))
+    assert len(records) == 1 and "[[poet]]" in records[0][1][-1]  # read, not yet stripped
+    assert [finish(r) for r in records] == list(read_articles(dump))
+    assert finish(records[0]).text == "Ada was a poet. She lived in the town."
 
 
 def test_a_bad_record_fails_where_its_chunk_comes(tmp_path: Path) -> None:
