@@ -2,13 +2,15 @@
 
 Three parts, each on its own flag:
 
-- default: for each ``--articles`` size, a generated corpus (JSONL) is ingested without BERT (read,
-  split, IR terms, SQLite rows with the sentences, the tantivy article index), then free questions (BM25
-  over the question) and subject questions (the title shortcut) are timed through ``retrieve``.
-  ``--baseline REF`` runs the same sizes with the ``bertknn_search`` package of git ``REF`` (e.g. the
-  SQLite-postings BM25 before tantivy), in a child process, on the same corpus: compare within one run.
+- default: for each ``--articles`` size, a generated corpus (JSONL) is ingested into a lazy index by
+  ``ingest`` itself (read, IR terms, SQLite rows with the text, the tantivy article index; a tiny model
+  is loaded and never run), once per ``--runs`` setting (text-preparation workers and articles a write,
+  so main's path, 0:64, and this one run on the same corpus in the same run), then free questions
+  (BM25 over the question) and subject questions (the title shortcut) are timed through ``retrieve``.
 - ``--splitters``: sentence splitters on the shared enwiki fragment and LAMA's T-REx evidence sentences
   (speed, sentence counts, boundaries that differ from pysbd's). Needs ``pip install pysbd blingfire``.
+- ``--stages``: each stage of the text pass alone (reading, preparing on one core, writing with one
+  and two tantivy threads), the per-core rates a many-core machine's rate is estimated from.
 - ``--xml``: the MediaWiki XML path (mwparserfromhell markup stripping) in characters/s on one core and
   on every core (a process pool over pages).
 
@@ -17,8 +19,7 @@ The generated corpus has Wikipedia's shape, not its words: article lengths are l
 3,000 characters an article, most of them stubs), sentences of 10-40 words, 42% stopwords, and content
 words drawn Zipf-Mandelbrot (exponent 1) from a 300,000-word vocabulary.
 
-    python benchmarks/bench_scale.py --articles 10000 100000 --baseline HEAD~2 \\
-        --out benchmarks/results/scale-cpu.json
+    python benchmarks/bench_scale.py --articles 10000 100000 --out benchmarks/results/scale-cpu.json
     python benchmarks/bench_scale.py --splitters --xml --out benchmarks/results/text-cpu.json
 """
 
@@ -37,20 +38,25 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
-if os.environ.get("BENCH_SCALE_PACKAGE"):  # the --baseline child: import that version of the package
-    sys.path.insert(0, os.environ["BENCH_SCALE_PACKAGE"])
-
 import numpy as np
-from common import COMMON_STOPWORDS, dir_bytes, percentiles, synthetic_words, write_results
+from common import (
+    COMMON_STOPWORDS,
+    LAYER,
+    build_model,
+    dir_bytes,
+    percentiles,
+    synthetic_words,
+    write_results,
+)
 
 from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.ingest.prepare import default_workers
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta, Question
+from bertknn_search.records import Article, Question
 from bertknn_search.retrieve import retrieve
 from bertknn_search.stopwords import STOPWORDS
 
-META = IndexMeta(model="bench", layer=11, dim=768, vocab_size=30522, mask_policy="single-wordpiece")
 MEDIAN_WORDS, SIGMA = 250, 1.18  # lognormal: mean = median * exp(sigma^2 / 2) = 500 words
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 ENWIKI = SHARED / "wiki-sample" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -91,72 +97,31 @@ def write_corpus(n: int, path: Path, seed: int) -> None:
             f.write(json.dumps({"id": a.id, "title": a.title, "text": a.text}) + "\n")
 
 
-def text_only_ingest(corpus: Path, index: Path, batch_articles: int, processes: int) -> dict[str, Any]:
-    """Read, split and store every article (no contexts), timing each stage.
+def text_only_ingest(corpus: Path, index: Path, model: Path, workers: int, batch: int) -> dict[str, Any]:
+    """``ingest`` of the corpus into a new lazy index (the text pass: read, IR index, text store).
 
-    With ``processes`` > 1, splitting and the IR terms are computed in a pool of worker processes (what
-    ingest's text preparation would do with workers) and handed to the writer, which then only writes.
+    ``batch`` articles a write (the pipeline's text chunk; main's code wrote 64, the chunk it encodes)
+    and ``workers`` text-preparation processes (0: on a thread of this process, as main's code did).
     """
-    backend = EmbeddedBackend.create(index, META)
-    stage = {"read_and_prepare": 0.0, "store": 0.0}
-    chars = articles = 0
+    from bertknn_search.config import Config
+    from bertknn_search.ingest import pipeline
+
+    config = Config(model=str(model), layer=LAYER, device="cpu", index=index, contexts="lazy")
+    pipeline.TEXT_CHUNK_ARTICLES, pipeline.TEXT_CHUNK_CHARS = batch, 3_000 * batch
     started = time.perf_counter()
-    chunks = _chunks(read_articles(corpus), batch_articles)
-    pool = Pool(processes) if processes > 1 else None
-    prepared_chunks = pool.imap(_prepare, chunks) if pool else map(_prepare_here, chunks)
-    try:
-        while True:
-            t0 = time.perf_counter()
-            prepared = next(prepared_chunks, None)
-            t1 = time.perf_counter()
-            if prepared is None:
-                break
-            chunk = [a for a, _, _ in prepared]
-            backend.fingerprints([a.id for a in chunk])  # the resume check ingest makes for every chunk
-            items = [EncodedArticle(a, ContextBlock.empty(META.dim, s), "f") for a, s, _ in prepared]
-            if pool:
-                _PRECOMPUTED.clear()
-                _PRECOMPUTED.update(((a.title, a.text), f) for a, _, f in prepared)
-            backend.add_articles(items)
-            t3 = time.perf_counter()
-            stage["read_and_prepare"] += t1 - t0  # with workers: the wait for their next chunk
-            stage["store"] += t3 - t1
-            chars += sum(len(a.text) for a in chunk)
-            articles += len(chunk)
-    finally:
-        if pool:
-            pool.terminate()
+    summary = pipeline.ingest(corpus, config, progress=False, workers=workers)
     seconds = time.perf_counter() - started
-    backend.close()
+    chars = sum(len(a.text) for a in read_articles(corpus))
     return {
-        "articles": articles,
+        "workers": workers,
+        "batch_articles": batch,
+        "articles": summary.articles,
         "text_mb": chars / 1e6,
         "seconds": seconds,
         "mb_per_s": chars / 1e6 / seconds,
-        "articles_per_s": articles / seconds,
-        "stage_seconds": stage,
+        "articles_per_s": summary.articles / seconds,
         "bytes": {"total": dir_bytes(index), "tantivy": dir_bytes(index / "articles.tantivy")},
     }
-
-
-_PRECOMPUTED: dict[tuple[str, str], tuple[str, str]] = {}
-
-
-def _chunks(articles: Iterator[Article], size: int) -> Iterator[list[Article]]:
-    while chunk := [a for _, a in zip(range(size), articles)]:
-        yield chunk
-
-
-def _prepare_here(chunk: list[Article]) -> list[tuple[Article, list[str], None]]:
-    """In the writer's process: splitting only; ``add_articles`` makes the IR terms itself."""
-    return [(a, split_sentences(a.text), None) for a in chunk]
-
-
-def _prepare(chunk: list[Article]) -> list[tuple[Article, list[str], tuple[str, str]]]:
-    """In a worker process: splitting and the IR terms."""
-    from bertknn_search.backends.article_index import field_texts
-
-    return [(a, split_sentences(a.text), field_texts(a.title, a.text)) for a in chunk]
 
 
 def questions(corpus: Path, n: int, seed: int) -> list[tuple[str, str]]:
@@ -197,37 +162,26 @@ def ir_latency(index: Path, pairs: list[tuple[str, str]]) -> dict[str, Any]:
 
 
 def run_sizes(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    model = build_model("tiny")  # a lazy ingest loads the model once and never runs it
     results: dict[str, Any] = {}
     for n in args.articles:
         corpus = work / f"corpus-{n}.jsonl"
         if not corpus.exists():
             write_corpus(n, corpus, args.seed)
-        index = work / f"index-{n}-{args.label}"
-        ingest = text_only_ingest(corpus, index, args.batch_articles, args.prep_processes)
-        latency = ir_latency(index, questions(corpus, args.questions, args.seed))
-        results[str(n)] = {"ingest": ingest, "ir": latency}
-        print(f"[{args.label}] {n:,} articles: {json.dumps(results[str(n)])}", file=sys.stderr, flush=True)
-        if not args.keep:
+        pairs = questions(corpus, args.questions, args.seed)
+        for setting in args.runs:
+            workers, batch = (int(v) for v in setting.split(":"))
+            if n > args.max_before_articles and (workers, batch) == (0, 64):
+                continue  # main's path is measured at the smaller sizes only
+            index = work / f"index-{n}-{workers}w-{batch}"
             subprocess.run(["rm", "-rf", str(index)], check=True)
+            ingest = text_only_ingest(corpus, index, model, workers, batch)
+            latency = ir_latency(index, pairs)
+            results[f"{n}/{setting}"] = {"ingest": ingest, "ir": latency}
+            print(f"{n:,} articles, {setting}: {json.dumps(results[f'{n}/{setting}'])}", file=sys.stderr)
+            if not args.keep:
+                subprocess.run(["rm", "-rf", str(index)], check=True)
     return results
-
-
-def baseline(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """The same sizes with the package of git ``args.baseline``, in a child process."""
-    root = Path(__file__).resolve().parents[1]
-    package = work / "baseline-package"
-    package.mkdir(exist_ok=True)
-    archive = subprocess.run(
-        ["git", "archive", args.baseline, "bertknn_search"], cwd=root, capture_output=True, check=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(package)], input=archive.stdout, check=True)
-    out = work / "baseline.json"
-    argv = [sys.executable, __file__, "--work", str(work), "--label", "baseline", "--out", str(out)]
-    sizes = args.baseline_articles or args.articles
-    argv += ["--articles", *map(str, sizes), "--questions", str(args.questions)]
-    argv += ["--batch-articles", str(args.batch_articles), "--seed", str(args.seed)]
-    subprocess.run(argv, env={**os.environ, "BENCH_SCALE_PACKAGE": str(package)}, check=True)
-    return json.loads(out.read_text())["sizes"]
 
 
 # -- sentence splitters and the XML path --------------------------------------------------------------
@@ -278,6 +232,74 @@ def _boundaries(sentences: list[str]) -> set[int]:
     return ends
 
 
+def stage_rates(work: Path, n: int, seed: int) -> dict[str, Any]:
+    """Per-core rates of the text pass's stages on ``n`` generated articles, each stage alone.
+
+    read: records from the JSONL file (the reading thread's share); prepare: ``prepare`` of the lazy
+    ingest (JSON decoding, checks, fingerprint, IR field texts) and of an eager one (the same plus
+    sentence splitting), on one core; write: ``add_articles`` of 4,000-article writes with the field
+    texts given (what the writer does), tantivy on one and on two indexing threads.
+    """
+    from bertknn_search.backends import article_index
+    from bertknn_search.ingest.prepare import TextSpec, prepare
+    from bertknn_search.ingest.readers import read_records
+    from bertknn_search.records import EncodedArticle, IndexMeta
+
+    corpus = work / f"corpus-{n}.jsonl"
+    if not corpus.exists():
+        write_corpus(n, corpus, seed)
+    t0 = time.perf_counter()
+    records = list(read_records(corpus))
+    read = time.perf_counter() - t0
+    out: dict[str, Any] = {"articles": n}
+    settings = ("model", "11", "single-wordpiece", "512")
+    for name, split in (("prepare_lazy", False), ("prepare_eager", True)):
+        t0 = time.perf_counter()
+        prepared = prepare(records, TextSpec(settings, split=split, ir_fields=True))
+        out[name] = time.perf_counter() - t0
+    chars = sum(len(p.article.text) for p in prepared)
+    out["text_mb"] = chars / 1e6
+    out["read"] = read
+    meta = IndexMeta(model="bench", layer=11, dim=64, vocab_size=30522, mask_policy="single-wordpiece")
+    python_side = _timed_methods(
+        (EmbeddedBackend, "_write_one"), (article_index.ArticleBatch, "add")
+    )  # the writer's own Python work (SQLite rows, tantivy documents); the rest is tantivy's threads
+    for threads in (1, 2):
+        python_side.clear()
+        index = work / f"stage-index-{threads}"
+        subprocess.run(["rm", "-rf", str(index)], check=True)
+        article_index.DOCS_PER_THREAD = 4_000 // threads
+        backend = EmbeddedBackend.create(index, meta)
+        t0 = time.perf_counter()
+        for lo in range(0, n, 4_000):
+            batch = prepared[lo : lo + 4_000]
+            items = [EncodedArticle(p.article, None, p.fingerprint) for p in batch]
+            backend.add_articles(items, ir_fields={p.article.id: p.ir_fields for p in batch})
+        out[f"write_{threads}_threads"] = time.perf_counter() - t0
+        out[f"write_{threads}_threads_python"] = sum(python_side.values())
+        backend.close()
+        subprocess.run(["rm", "-rf", str(index)], check=True)
+    out["mb_per_s"] = {k: chars / 1e6 / v for k, v in out.items() if k not in ("articles", "text_mb")}
+    return out
+
+
+def _timed_methods(*methods: tuple[type, str]) -> dict[str, float]:
+    """Wrap methods so that the seconds spent in each add up in the returned dict."""
+    spent: dict[str, float] = {}
+    for cls, name in methods:
+        real = getattr(cls, name)
+
+        def timed(*args: Any, _real: Any = real, _key: str = f"{cls.__name__}.{name}", **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _real(*args, **kwargs)
+            finally:
+                spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - t0
+
+        setattr(cls, name, timed)
+    return spent
+
+
 def xml_path(processes: int) -> dict[str, Any]:
     import bz2
     import xml.etree.ElementTree as ET
@@ -310,44 +332,39 @@ def main() -> None:
     parser.add_argument("--articles", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--questions", type=int, default=300)
     parser.add_argument(
-        "--batch-articles", type=int, default=64, help="articles a write (ingest's chunk: 64)"
+        "--runs",
+        nargs="*",
+        default=["0:64", "0:4000", f"{default_workers()}:4000"],
+        help="WORKERS:BATCH per ingest, each on its own index of the same corpus; 0:64 is main's path"
+        " (text prepared on a thread of the writer's process, writes of 64 articles)",
     )
-    parser.add_argument("--baseline", help="git ref whose bertknn_search to run as well, on the same corpus")
     parser.add_argument(
-        "--baseline-articles", type=int, nargs="*", help="sizes for the baseline (default: all)"
+        "--max-before-articles", type=int, default=10_000, help="largest size main's path (0:64) runs at"
     )
     parser.add_argument("--splitters", action="store_true")
     parser.add_argument("--xml", action="store_true")
+    parser.add_argument("--stages", action="store_true", help="per-core rates of each text-pass stage")
+    parser.add_argument("--stage-articles", type=int, default=12_000)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="for --xml")
-    parser.add_argument(
-        "--prep-processes", type=int, default=1, help="worker processes preparing text for the writer"
-    )
     parser.add_argument("--work", type=Path, help="corpora and indexes (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the indexes")
-    parser.add_argument("--label", default="this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    results: dict[str, Any] = {
-        "cpu_count": os.cpu_count(),
-        "batch_articles": args.batch_articles,
-        "prep_processes": args.prep_processes,
-    }
-    if args.prep_processes > 1:
-        # The writer takes the IR terms the workers made instead of making them again.
-        from bertknn_search.backends import embedded
-
-        embedded.field_texts = lambda title, text: _PRECOMPUTED[(title, text)]
+    results: dict[str, Any] = {"cpu_count": os.cpu_count(), "load_average": os.getloadavg()}
     if args.splitters:
         results["splitters"] = splitters()
+    if args.stages:
+        work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+        work.mkdir(parents=True, exist_ok=True)
+        results["stages"] = stage_rates(work, args.stage_articles, args.seed)
     if args.xml:
         results["xml"] = xml_path(args.processes)
-    if args.articles and not (args.splitters or args.xml):
+    if args.articles and not (args.splitters or args.xml or args.stages):
         work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
         work.mkdir(parents=True, exist_ok=True)
         results["sizes"] = run_sizes(args, work)
-        if args.baseline:
-            results["baseline"] = {"ref": args.baseline, "sizes": baseline(args, work)}
+        results["load_average_after"] = os.getloadavg()
     print(json.dumps(results, indent=2))
     write_results(args.out, results)
 

@@ -62,11 +62,23 @@ def ingest() -> None:
 
 @ingest.command("wiki")
 @ingest_options
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0, max=1024),
+    help="Processes that read, strip and prepare text (0: none, a thread does it) [default: a third of"
+    " the cores, at least 1].",
+)
 @model_options(new_index=True)
 @encoding_options
 @index_options
 def ingest_wiki(
-    source: Path, fmt: str | None, limit: int | None, no_progress: bool, as_json: bool, **flags: Any
+    source: Path,
+    fmt: str | None,
+    limit: int | None,
+    workers: int | None,
+    no_progress: bool,
+    as_json: bool,
+    **flags: Any,
 ) -> None:
     """Ingest a Wikipedia dump (XML .bz2, JSONL, parquet or WikiExtractor output) into an index.
 
@@ -78,7 +90,7 @@ def ingest_wiki(
     from bertknn_search.ingest.pipeline import ingest as run_ingest
 
     config = session.open_index(flags, must_exist=False).config
-    summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=not no_progress)
+    summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=not no_progress, workers=workers)
     _print_summary(summary, as_json, "ingested")
 
 

@@ -72,6 +72,7 @@ class IndexMeta:
     max_length: int = 512  # the model input limit the contexts were windowed to
     contexts: str = "eager"  # "lazy": contexts are encoded the first time a query needs an article
     precision: str = "fp32"  # what the contexts are encoded in (fp32, bf16, int8); never mixed in one index
+    splitter: str = ""  # the sentence splitter and its release (ingest.sentences.SPLITTER); "": not recorded
 
 
 @dataclass(frozen=True)

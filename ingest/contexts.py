@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ import numpy as np
 
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
+from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
 from bertknn_search.records import Article, ContextBlock, EncodedArticle
 from bertknn_search.stopwords import STOPWORDS, is_punctuation
 
@@ -30,11 +30,8 @@ class MaskedRow:
 
 def fingerprint(article: Article, config: Config) -> str:
     """Hash of what decides an article's contexts: equal fingerprints mean nothing to redo."""
-    parts: tuple[object, ...] = (config.model, config.layer, config.mask_policy, config.max_length)
-    parts += (article.title, article.text)
-    if article.popularity is not None:  # only then: fingerprints of articles without one stay as they were
-        parts += (article.popularity,)
-    return hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).hexdigest()[:20]
+    settings = fingerprint_settings(config.model, config.layer, config.mask_policy, config.max_length)
+    return article_fingerprint(article, settings)
 
 
 def maskable(word: str, policy: str) -> bool:

@@ -17,15 +17,27 @@ from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
 from bertknn_search.errors import BackendError, BertKnnError, InputFormatError, StoreWriteError
-from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, fingerprint, make_rows
+from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, make_rows
+from bertknn_search.ingest.prepare import (
+    PreparedArticle,
+    TextPool,
+    TextSpec,
+    default_workers,
+    fingerprint_settings,
+)
 from bertknn_search.ingest.progress import Progress
-from bertknn_search.ingest.readers import read_articles
+from bertknn_search.ingest.readers import Record, read_articles, read_records, record_size
 from bertknn_search.ingest.seen_ids import SeenIds
-from bertknn_search.ingest.sentences import split_sentences
+from bertknn_search.ingest.sentences import SPLITTER, check_splitter
 from bertknn_search.records import Article, EncodedArticle, IndexMeta
 
 CHUNK_CHARS = 60_000  # articles are encoded together up to this much text, so batches mix sentences
 CHUNK_ARTICLES = 64
+# A lazy ingest writes text only, and each write costs a tantivy commit (segment files, fsyncs) and,
+# with small writes, waits for the merges of the many small segments: at 64 articles a write that was
+# most of the time (benchmarks/README.md). Large writes also get several tantivy indexing threads.
+TEXT_CHUNK_CHARS = 12_000_000
+TEXT_CHUNK_ARTICLES = 4_000
 MAX_PENDING_WRITES = 2  # encoded chunks waiting for the writer thread; bounds memory
 
 
@@ -62,6 +74,7 @@ def index_meta(config: Config, encoder: Encoder) -> IndexMeta:
         encoder.max_length,
         config.contexts,
         encoder.precision,
+        SPLITTER,
     )
 
 
@@ -74,6 +87,7 @@ def ingest(
     progress: bool = True,
     existing_only: bool = False,
     encoder: Encoder | None = None,
+    workers: int | None = None,
 ) -> IngestSummary:
     """Build (or extend) the index ``config`` names from a corpus file or directory.
 
@@ -90,6 +104,8 @@ def ingest(
         progress: show a progress bar and a time estimate on stderr.
         existing_only: the index must already exist (the ``add`` command).
         encoder: a loaded encoder to reuse (a server adds with the one it keeps); default: load one.
+        workers: processes that read, strip, split and prepare IR text (``prepare.TextPool``); 0 does
+            it on a thread of this process; default ``prepare.default_workers()``.
 
     Raises:
         InputFormatError, ModelLoadError, ConfigError (a bad device), IndexNotFoundError,
@@ -97,6 +113,7 @@ def ingest(
     """
     started = time.perf_counter()
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
+    pool = TextPool(default_workers() if workers is None else workers)  # starts no process yet
     try:
         precision = config.precision
         if precision == "auto" and backend is not None:
@@ -110,19 +127,31 @@ def ingest(
         meta = index_meta(config, encoder)
         if backend is not None:
             check_meta(backend.meta(), meta, backend.location)
+            check_splitter(backend.meta().splitter, backend.location)
         duplicates = 0
         if isinstance(source, Sequence):
             latest = {a.id: a for a in source}
             duplicates = len(source) - len(latest)
-            articles: Iterable[Article] = list(latest.values())
+            records: Iterable[Record] = list(latest.values())
             total: int | None = len(latest)
         else:
-            articles, total = read_articles(source, limit=limit, fmt=fmt), limit
-        chunks = _chunks(articles)
+            records, total = read_records(source, limit=limit, fmt=fmt), limit
+        spec = TextSpec(
+            fingerprint_settings(config.model, config.layer, config.mask_policy, config.max_length),
+            split=config.contexts == "eager",  # a lazy index splits an article when a query needs it
+            ir_fields=config.backend == "embedded",  # OpenSearch analyses the text itself
+        )
+        lazy = config.contexts == "lazy"
+        size = (TEXT_CHUNK_CHARS, TEXT_CHUNK_ARTICLES) if lazy else (CHUNK_CHARS, CHUNK_ARTICLES)
+        chunks = pool.map(_chunks(records, *size), spec)
+        # The first chunk is read and prepared before a new index is created: input that fails at
+        # once leaves no index behind.
         first = next(chunks, None)
         if backend is None:
             backend = open_backend(config, create=meta)
+            check_splitter(backend.meta().splitter, backend.location)
     except BaseException:
+        pool.close()
         if backend is not None:
             with contextlib.suppress(BertKnnError):
                 backend.close()
@@ -131,14 +160,16 @@ def ingest(
     counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0, "replaced": 0}
     counts["duplicates"], counts["windowed"], counts["max_length"] = duplicates, 0, config.max_length
     bar = Progress("add" if existing_only else "ingest", total, str(device), progress)
-    writes = _Writes(backend)
+    writes = _Writes(backend, spec.ir_fields)
     pending: deque[Future[None]] = deque()
     rest = chain([first] if first is not None else [], chunks)
     seen = SeenIds()
     try:
-        # Three stages overlap: the next chunk is read, split and turned into rows on the "prepare"
-        # thread while this one is encoded here, and the previous one is written on the "writer" thread.
-        # On a GPU the main thread mostly waits on the device, so the CPU stages no longer add to it.
+        # The stages overlap: chunks are read on the "prepare" thread and prepared (decoded, stripped,
+        # split, IR text) in the worker processes ahead of need; the next one is checked against the
+        # index and turned into rows on the "prepare" thread while this one is encoded here, and the
+        # previous one is written on the "writer" thread. On a GPU the main thread mostly waits on the
+        # device, so the CPU stages no longer add to it.
         with (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
@@ -153,7 +184,7 @@ def ingest(
                     bar.start_chunk(len(prepared.rows))
                     items = _encoded(prepared, encoder, batch_size, meta, config, bar)
                     # The queue bound keeps memory flat when the store is slower than the encoder.
-                    pending.append(writer.submit(writes.store, items))
+                    pending.append(writer.submit(writes.store, items, prepared.ir_fields))
                     while len(pending) > MAX_PENDING_WRITES:
                         writes.settle(pending.popleft())
                     counts["articles"] += len(prepared.todo)
@@ -166,11 +197,13 @@ def ingest(
                 writes.settle(pending.popleft())
     except BaseException:
         bar.close()
+        pool.close()
         # The error that stopped the ingest is the one to report, not a second one from closing.
         with contextlib.suppress(BertKnnError):
             backend.close()
         raise
     bar.close()
+    pool.close()
     backend.close()
     return IngestSummary(**counts, seconds=time.perf_counter() - started, location=backend.location)
 
@@ -178,16 +211,20 @@ def ingest(
 class _Writes:
     """The writer thread's side: writes batches in order and stops at the first that fails."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, ir_fields: bool) -> None:
         self._backend = backend
+        self._ir_fields = ir_fields  # the embedded backend takes the IR field texts the workers made
         self.committed = 0  # articles in batches written by this run
         self._failed: StoreWriteError | None = None
 
-    def store(self, items: Sequence[EncodedArticle]) -> None:
+    def store(self, items: Sequence[EncodedArticle], ir_fields: dict[str, tuple[str, str]]) -> None:
         if self._failed is not None:
             raise self._failed  # nothing after a failed batch is written, so "kept" stays exact
         try:
-            self._backend.add_articles(items)
+            if self._ir_fields:
+                self._backend.add_articles(items, ir_fields=ir_fields)  # type: ignore[call-arg]
+            else:
+                self._backend.add_articles(items)
         except StoreWriteError as exc:
             self._failed = exc
             raise
@@ -231,7 +268,7 @@ def _encoded(
 ) -> list[EncodedArticle]:
     """The chunk's articles as the index stores them: with contexts, or as text alone (lazy)."""
     if meta.contexts == "lazy":
-        return [EncodedArticle(a, None, fingerprint(a, config)) for a in prepared.todo]
+        return [EncodedArticle(a, None, fp) for a, fp in zip(prepared.todo, prepared.fingerprints)]
     vectors = encode_rows(prepared.rows, encoder, batch_size, on_batch=bar.encoded)
     return build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
 
@@ -242,8 +279,10 @@ class Prepared:
 
     size: int  # articles read, including reused and empty ones
     todo: list[Article]
+    fingerprints: list[str]  # of ``todo``
     sentences: list[list[str]]
     rows: list[MaskedRow]
+    ir_fields: dict[str, tuple[str, str]]  # article id -> unigram and bigram field text (embedded)
     reused: int  # already stored with the same fingerprint
     empty: int  # without text
     replaced: int = 0  # of ``todo``: stored before with another fingerprint
@@ -251,44 +290,46 @@ class Prepared:
 
 
 def _prepare(
-    chunks: Iterator[list[Article]], backend: Backend, encoder: Encoder, config: Config, seen: SeenIds
+    chunks: Iterator[list[PreparedArticle]], backend: Backend, encoder: Encoder, config: Config, seen: SeenIds
 ) -> Prepared | None:
-    """Read the next chunk and do its CPU work; None when the corpus is done.
+    """Take the next prepared chunk and do what needs the index and the tokenizer; None at the end.
 
     Runs on one thread only (the "prepare" thread), so ``chunks`` is never advanced from two at once.
     """
     chunk = next(chunks, None)
     if chunk is None:
         return None
-    latest = {a.id: a for a in chunk}  # an id seen twice in one chunk: the later text wins
+    latest = {p.article.id: p for p in chunk}  # an id seen twice in one chunk: the later text wins
     # An id seen in an earlier chunk is written by then (writes keep their order), though perhaps not
     # yet when this chunk is prepared: this later record replaces it.
     earlier = {aid for aid, again in zip(latest, seen.add(latest)) if again}
-    with_text = [a for a in latest.values() if a.text.strip()]
-    stored = backend.fingerprints([a.id for a in with_text])
-    todo = [a for a in with_text if stored.get(a.id) != fingerprint(a, config)]
+    with_text = [p for p in latest.values() if p.article.text.strip()]
+    stored = backend.fingerprints([p.article.id for p in with_text])
+    todo = [p for p in with_text if stored.get(p.article.id) != p.fingerprint]
     # A lazy index splits and encodes an article when a query first needs it, not here.
-    sentences = [] if config.contexts == "lazy" else [split_sentences(a.text) for a in todo]
+    sentences = [] if config.contexts == "lazy" else [p.sentences or [] for p in todo]
     rows = make_rows(sentences, encoder, config.mask_policy, encoder.max_length)
     return Prepared(
         size=len(chunk),
-        todo=todo,
+        todo=[p.article for p in todo],
+        fingerprints=[p.fingerprint for p in todo],
         sentences=sentences,
         rows=rows,
+        ir_fields={p.article.id: p.ir_fields for p in todo if p.ir_fields is not None},
         reused=len(with_text) - len(todo),
         empty=len(latest) - len(with_text),
-        replaced=sum(a.id in stored or a.id in earlier for a in todo),
+        replaced=sum(p.article.id in stored or p.article.id in earlier for p in todo),
         duplicates=len(chunk) - len(latest) + len(earlier),
     )
 
 
-def _chunks(articles: Iterable[Article]) -> Iterator[list[Article]]:
-    chunk: list[Article] = []
+def _chunks(records: Iterable[Record], max_chars: int, max_articles: int) -> Iterator[list[Record]]:
+    chunk: list[Record] = []
     size = 0
-    for article in articles:
-        chunk.append(article)
-        size += len(article.text)
-        if size >= CHUNK_CHARS or len(chunk) >= CHUNK_ARTICLES:
+    for record in records:
+        chunk.append(record)
+        size += record_size(record)
+        if size >= max_chars or len(chunk) >= max_articles:
             yield chunk
             chunk, size = [], 0
     if chunk:

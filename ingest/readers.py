@@ -9,7 +9,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
@@ -63,14 +63,45 @@ def read_articles(path: Path | str, limit: int | None = None, fmt: str | None = 
             The message is one line naming the file.
         ConfigError: ``limit`` is negative.
     """
+    return (finish(record) for record in read_records(path, limit, fmt))
+
+
+# A record as read, before its own work (JSON decoding, markup stripping, checks): an Article already, or
+# a module-level function and its arguments, so a worker process can do that work (``finish``).
+Record = Article | tuple[Callable[..., Article], tuple[Any, ...]]
+
+
+def read_records(path: Path | str, limit: int | None = None, fmt: str | None = None) -> Iterator[Record]:
+    """``read_articles`` with each article's own work left to ``finish``: the records come in the same
+    order and count (redirects and other namespaces are skipped here), and ``finish`` raises the errors
+    ``read_articles`` would for that record. Reading a file stays sequential; finishing can be parallel.
+
+    Raises:
+        InputFormatError, ConfigError: as ``read_articles``, for the path and the file as a whole.
+    """
     path = Path(path)
     if fmt is not None and fmt not in FORMATS:
         raise InputFormatError(f"{path}: unknown format {fmt!r} asked for; use one of {', '.join(FORMATS)}")
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be 0 or more, not {limit}")
     _check_exists(path)
-    articles = _read_directory(path, fmt) if path.is_dir() else _READERS[fmt or detect_format(path)](path)
-    return islice(articles, limit)
+    records = _read_directory(path, fmt) if path.is_dir() else _READERS[fmt or detect_format(path)](path)
+    return islice(records, limit)
+
+
+def finish(record: Record) -> Article:
+    """The article of a record from ``read_records``."""
+    if isinstance(record, Article):
+        return record
+    make, args = record
+    return make(*args)
+
+
+def record_size(record: Record) -> int:
+    """About how many characters a record holds (its text, line or wikitext), for sizing batches."""
+    if isinstance(record, Article):
+        return len(record.text)
+    return len(record[1][-1])
 
 
 def detect_format(path: Path | str) -> str:
@@ -108,7 +139,7 @@ def detect_format(path: Path | str) -> str:
     raise InputFormatError(f"{path}: unknown corpus format; supported: {SUPPORTED}; or pass the format")
 
 
-def _read_directory(root: Path, fmt: str | None) -> Iterator[Article]:
+def _read_directory(root: Path, fmt: str | None) -> Iterator[Record]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
     if not files:
         raise InputFormatError(f"{root}: the directory holds no corpus files; check the path")
@@ -120,7 +151,7 @@ def _hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)  # .DS_Store, .git: never corpus files
 
 
-def _read_xml(path: Path) -> Iterator[Article]:
+def _read_xml(path: Path) -> Iterator[Record]:
     with _errors(path), _open(path) as stream:
         events = ET.iterparse(stream, events=("start", "end"))
         _, root = next(events)
@@ -132,7 +163,7 @@ def _read_xml(path: Path) -> Iterator[Article]:
                     yield article
 
 
-def _page_article(path: Path, page: ET.Element) -> Article | None:
+def _page_article(path: Path, page: ET.Element) -> Record | None:
     title = (page.findtext("{*}title") or "").strip()
     if (page.findtext("{*}ns") or "0").strip() != "0" or page.find("{*}redirect") is not None:
         return None
@@ -145,22 +176,29 @@ def _page_article(path: Path, page: ET.Element) -> Article | None:
         return None
     where = f"page {page_id}"
     _check_size(path, where, title, wikitext)  # before parsing: markup costs more than prose
+    return _page_text, (path, where, page_id, title, wikitext)
+
+
+def _page_text(path: Path, where: str, page_id: str, title: str, wikitext: str) -> Article:
     return _article(path, where, page_id, title, wikitext_to_text(wikitext))
 
 
-def _read_jsonl(path: Path) -> Iterator[Article]:
+def _read_jsonl(path: Path) -> Iterator[Record]:
     with _errors(path), _open(path) as stream:
         for number, line in _lines(path, stream):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputFormatError(
-                    f"{path}: line {number} is not JSON ({exc.msg}, column {exc.colno}); "
-                    "each line must be one object with id, title and text"
-                ) from exc
-            yield _record(path, f"line {number}", row)
+            if line.strip():
+                yield _json_line, (path, number, line)
+
+
+def _json_line(path: Path, number: int, line: str) -> Article:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputFormatError(
+            f"{path}: line {number} is not JSON ({exc.msg}, column {exc.colno}); "
+            "each line must be one object with id, title and text"
+        ) from exc
+    return _record(path, f"line {number}", row)
 
 
 def _read_parquet(path: Path) -> Iterator[Article]:

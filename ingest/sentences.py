@@ -2,10 +2,35 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import sentencex
 
-# Part of what an article's stored sentences mean: a different splitter gives other sentence ids.
-SPLITTER = "sentencex-en"
+from bertknn_search.errors import IndexMismatchError
+
+# Part of what an article's stored sentences mean: another splitter, or another release of it, may cut
+# other sentences and so give other sentence ids. An index records it (``IndexMeta.splitter``), so a lazy
+# index encodes its later articles with the splitting its first ones got.
+SPLITTER = f"sentencex {version('sentencex')} en"
+
+
+def check_splitter(recorded: str, where: str) -> None:
+    """Raise unless sentences split here are split as the index at ``where`` split its own.
+
+    Args:
+        recorded: the index's ``IndexMeta.splitter``; "" for an index made before splitters were
+            recorded, which is split with whatever is installed, as it was then.
+
+    Raises:
+        IndexMismatchError: the index was built with another splitter or release of it.
+    """
+    if recorded and recorded != SPLITTER:
+        name, _, rest = recorded.partition(" ")
+        wanted = rest.partition(" ")[0]
+        raise IndexMismatchError(
+            f"index at {where} splits sentences with {recorded!r} and this installation with {SPLITTER!r};"
+            f" install that release (pip install '{name}=={wanted}') or ingest into a new --index"
+        )
 
 
 def split_sentences(text: str) -> list[str]:

@@ -35,6 +35,7 @@ META_DOC = {
     "max_length": 512,
     "contexts": "eager",
     "precision": "fp32",
+    "splitter": "",
 }
 NAMES = {"articles": "bk-articles", "contexts": "bk-contexts"}
 

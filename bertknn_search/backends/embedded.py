@@ -12,7 +12,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -205,13 +205,23 @@ class EmbeddedBackend:
             )
 
     # -- writing ----------------------------------------------------------------------------------
-    def add_articles(self, items: Sequence[EncodedArticle]) -> None:
-        """Write or replace ``items`` in one transaction: all of them become visible at once."""
+    def add_articles(
+        self, items: Sequence[EncodedArticle], ir_fields: Mapping[str, tuple[str, str]] | None = None
+    ) -> None:
+        """Write or replace ``items`` in one transaction: all of them become visible at once.
+
+        Args:
+            ir_fields: article id -> its ``field_texts``, where the caller made them already (ingest's
+                worker processes); made here for the others.
+        """
         items = list({item.article.id: item for item in items}.values())  # an id given twice: the last
         if not items:
             return
         self._check_writable()
-        fields = [field_texts(item.article.title, item.article.text) for item in items]  # before locking
+        given = ir_fields or {}
+        fields = [  # before locking
+            given.get(item.article.id) or field_texts(item.article.title, item.article.text) for item in items
+        ]
         with (
             self._lock,
             self._ir.writing(self._ir_versions, len(items)) as batch,
@@ -618,6 +628,7 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
             max_length=int(rows["max_length"]),
             contexts=rows["contexts"],
             precision=rows["precision"],
+            splitter=rows.get("splitter", ""),  # absent in indexes made before it was recorded
         )
     except sqlite3.Error as exc:
         raise sqlite_file.read_error(path, exc) from exc

@@ -61,13 +61,14 @@ class LazyDatastore:
             How many contexts were encoded now (0 when all were stored).
         """
         from bertknn_search.ingest.contexts import build_blocks, encode_rows, make_rows
-        from bertknn_search.ingest.sentences import split_sentences
+        from bertknn_search.ingest.sentences import check_splitter, split_sentences
 
         ids = sorted(set(article_ids))
         todo = self.store.unencoded(ids)
         if todo:
             meta = self.store.meta()
             check_precision(meta.precision, self.encoder.precision, self.location)
+            check_splitter(meta.splitter, self.location)
             articles = [article for article, _ in todo]
             sentences = [split_sentences(a.text) for a in articles]
             rows = make_rows(sentences, self.encoder, meta.mask_policy, meta.max_length)

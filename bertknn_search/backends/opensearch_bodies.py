@@ -94,6 +94,7 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
             max_length=int(raw["max_length"]),
             contexts=str(raw["contexts"]),
             precision=str(raw["precision"]),
+            splitter=str(raw.get("splitter", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise IndexCorruptError(
