@@ -116,6 +116,7 @@ def render_stats(stats: IndexStats) -> str:
         ("store dtype", m.store_dtype),
         ("precision", m.precision),
         ("max length", max_length),
+        ("splitter", m.splitter or "not recorded (an index from before it was)"),
         ("bytes on disk", f"{stats.bytes_on_disk:,} ({human_bytes(stats.bytes_on_disk)})"),
     ]
     if stats.contexts:

@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 
 from bertknn_search.cli import main
 from bertknn_search.config import Config
+from bertknn_search.ingest.sentences import SPLITTER
 
 
 def run(*args: str, input: str | None = None) -> Result:
@@ -42,6 +43,9 @@ def test_ingest_query_stats_round_trip(base_config: Config, corpus: Path, tmp_pa
     stats = json.loads(r.output)
     assert (stats["articles"], stats["sentences"], stats["contexts"]) == (20, 60, 500)
     assert stats["meta"]["model"] == str(Path(base_config.model).resolve()) and stats["meta"]["layer"] == 11
+    assert stats["meta"]["splitter"] == SPLITTER
+    r = run("stats", "--index", index)
+    assert f"splitter          {SPLITTER}" in r.output
 
     r = run(
         "query",
