@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact, build_tiny_model, make_facts, write_corpus
+from bertknn_search.search import Searcher
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -51,6 +53,14 @@ def built_index(base_config: Config, corpus: Path, tmp_path_factory: pytest.Temp
     config = base_config.replace(index=tmp_path_factory.mktemp("built") / "index")
     ingest(corpus, config, progress=False)
     return config
+
+
+@pytest.fixture(scope="module")
+def searcher(built_index: Config) -> Iterator[Searcher]:
+    """A searcher over the session's index, shared by a module's tests (modules may define their own)."""
+    s = Searcher.open(built_index)
+    yield s
+    s.close()
 
 
 @pytest.fixture

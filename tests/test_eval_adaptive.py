@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +17,6 @@ from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.grid import grid_search
 from bertknn_search.eval.harness import evaluate
 from bertknn_search.search import Searcher
-
-
-@pytest.fixture(scope="module")
-def searcher(built_index: Config) -> Iterator[Searcher]:
-    s = Searcher.open(built_index)
-    yield s
-    s.close()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from bertknn_search.records import Question
 from bertknn_search.search import Searcher
 
 MODELS = ("bert", "knn", "bert_knn")
-
-
-@pytest.fixture(scope="module")
-def searcher(built_index: Config) -> Iterator[Searcher]:
-    s = Searcher.open(built_index)
-    yield s
-    s.close()
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,6 @@ from tests.test_backends import opensearch_config  # noqa: F401  (a fixture)
 KB = Question("Zorblat was born in [MASK].", "Zorblat")
 
 
-@pytest.fixture(scope="module")
-def searcher(built_index: Config) -> Any:
-    s = Searcher.open(built_index)
-    yield s
-    s.close()
-
-
 def test_thresholds_retrieve_below_the_edge_that_maximises_adaptive_accuracy() -> None:
     # Retrieval is right for the two long-tail facts only; BERT for the two popular ones.
     logs = [0.0, 1.0, 9.0, 10.0]
