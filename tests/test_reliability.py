@@ -82,8 +82,19 @@ def start_ingest(corpus: Path, index: Path, model: str) -> subprocess.Popen[str]
         *("--contexts", "eager"),  # what is killed is the encoding; a lazy ingest is a short text pass
     )
     return subprocess.Popen(
-        [*args, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+        [*args, "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        # A shell starts background jobs with SIGINT ignored, and a child inherits that: Ctrl-C must reach
+        # the ingest as it would from a terminal, wherever the suite runs.
+        preexec_fn=_sigint_default,
     )
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _env() -> dict[str, str]:
