@@ -225,6 +225,11 @@ def render_grid(result: Mapping[str, Any], out: Path) -> str:
         f" on {result['facts']:,} of {result.get('read', result['facts']):,} facts"
         + (f" (skipped: {reasons})" if reasons else ""),
     ]
+    if result.get("mlm_head") is False:
+        lines.append(
+            "the model has no masked-LM head: BERT-kNN is kNN alone, so λ changes nothing and the one written"
+            " is only the first of --grid-lambda"
+        )
     if result.get("ties", 1) > 1:
         lines.append(
             f"{result['ties']:,} settings tie at this score; the first in grid order was taken"

@@ -159,6 +159,7 @@ def grid_search(
         "read": len(facts),
         "skipped": dict(sorted(skipped.items())),
         "ties": sum(row["score"] == best["score"] for row in table),
+        "mlm_head": searcher.encoder.has_head,
         "grid": table,
     }
     if gate is not None:

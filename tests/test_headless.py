@@ -182,6 +182,13 @@ def test_grid_runs_on_a_model_without_a_head_and_every_lambda_ties(
     result = json.loads(r.stdout)
     # kNN alone: λ changes nothing, and the score is kNN's.
     assert result["ties"] == 2 and result["score"] == 1.0
+    assert result["mlm_head"] is False
+    r = run(
+        *("eval", "grid", "--questions", questions, "--index", headless_index, "--device", "cpu"),
+        *("--grid-n", "3", "--grid-k", "128", "--grid-temperature", "1", "--grid-lambda", "0.2,0.8"),
+        *("--no-progress", "--out", tmp_path / "settings.json"),
+    )
+    assert "no masked-LM head: BERT-kNN is kNN alone, so λ changes nothing" in r.output
 
 
 def test_a_confidence_gate_is_refused_without_a_head(headless_index: Path) -> None:
