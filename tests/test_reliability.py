@@ -64,25 +64,18 @@ def counts(index: Path) -> tuple[int, int, int]:
     return s.articles, s.sentences, s.contexts
 
 
-def start_ingest(corpus: Path, index: Path, model: str) -> subprocess.Popen[str]:
-    args = cli(
-        *(
-            "ingest",
-            "wiki",
-            corpus,
-            "--index",
-            index,
-            "--model",
-            model,
-            "--device",
-            "cpu",
-            "--max-length",
-            64,
-        ),
+def ingest_args(corpus: Path, index: Path, model: str) -> list[str]:
+    """``ingest wiki`` of ``corpus`` into ``index`` on the CPU, eager, without a progress bar."""
+    return [
+        *("ingest", "wiki", str(corpus), "--index", str(index), "--model", model),
+        *("--device", "cpu", "--max-length", "64", "--no-progress"),
         *("--contexts", "eager"),  # what is killed is the encoding; a lazy ingest is a short text pass
-    )
+    ]
+
+
+def start_ingest(corpus: Path, index: Path, model: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*args, "--no-progress"],
+        cli(*ingest_args(corpus, index, model)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -379,18 +372,7 @@ def test_an_index_whose_creation_was_interrupted_is_created_by_the_next_ingest(
         f"Error: index at {index} was never completely created (an ingest stopped while creating it);"
         " run 'bertknn-search ingest wiki' again to create it"
     )
-    args = [
-        "ingest",
-        "wiki",
-        str(corpus),
-        "--index",
-        str(index),
-        "--model",
-        built_index.model,
-        "--contexts",
-        "eager",
-    ]
-    result = CliRunner().invoke(main, [*args, "--device", "cpu", "--max-length", "64", "--no-progress"])
+    result = CliRunner().invoke(main, ingest_args(corpus, index, built_index.model))
     assert result.exit_code == 0, result.output
     assert counts(index) == counts(built_index.index)
 
@@ -412,18 +394,7 @@ def test_a_create_that_fails_on_a_full_disk_leaves_nothing_and_the_rerun_creates
     corpus: Path, built_index: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     index = tmp_path / "index"
-    args = [
-        "ingest",
-        "wiki",
-        str(corpus),
-        "--index",
-        str(index),
-        "--model",
-        built_index.model,
-        "--contexts",
-        "eager",
-    ]
-    args += ["--device", "cpu", "--max-length", "64", "--no-progress"]
+    args = ingest_args(corpus, index, built_index.model)
     real = sqlite3.connect
     with monkeypatch.context() as patch:
         patch.setattr(sqlite3, "connect", lambda *a, **k: _FullDisk(real(*a, **k)))
@@ -447,18 +418,7 @@ def test_a_failed_write_after_committed_batches_says_what_was_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     index = tmp_path / "index"
-    args = [
-        "ingest",
-        "wiki",
-        str(big_corpus),
-        "--index",
-        str(index),
-        "--model",
-        base_config.model,
-        "--contexts",
-        "eager",
-    ]
-    args += ["--device", "cpu", "--max-length", "64", "--no-progress"]
+    args = ingest_args(big_corpus, index, base_config.model)
     real = EmbeddedBackend._write_one
     written = []
 
