@@ -56,7 +56,7 @@ class OpenSearchBackend:
         self._meta = meta
         self._restore: dict[str, dict[str, Any]] | None = None  # settings to put back after bulk loading
         self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
-        self._has_popularity = False  # known to be in the articles mapping (older indexes lack it)
+        self._has_popularity = False  # in the articles mapping (read at open; older indexes lack it)
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -115,7 +115,10 @@ class OpenSearchBackend:
                 f"no bertknn-search index at {where}; build one with"
                 " 'bertknn-search ingest wiki --backend opensearch' or check --opensearch-prefix"
             )
-        return cls(client, config, bodies.meta_from_mappings(response, names, where))
+        backend = cls(client, config, bodies.meta_from_mappings(response, names, where))
+        articles = response[names["articles"]].get("mappings", {}).get("properties", {})
+        backend._has_popularity = "popularity" in articles
+        return backend
 
     @property
     def location(self) -> str:
@@ -339,13 +342,9 @@ class OpenSearchBackend:
         """
         if self._has_popularity:
             return
-        name = self.names["articles"]
-        mapping = self._call("read the articles mapping", lambda: self.client.indices.get_mapping(index=name))
-        properties = mapping.get(name, {}).get("mappings", {}).get("properties", {})
-        if "popularity" not in properties:
-            body = {"properties": {"popularity": {"type": "double"}}}
-            put = self.client.indices.put_mapping
-            self._call("add the popularity field", lambda: put(index=name, body=body))
+        name, body = self.names["articles"], {"properties": {"popularity": {"type": "double"}}}
+        put = self.client.indices.put_mapping
+        self._call("add the popularity field", lambda: put(index=name, body=body))
         self._has_popularity = True
 
     def _put_meta(self, name: str, mappings: dict[str, Any], restore: dict[str, Any] | None) -> None:
