@@ -19,6 +19,7 @@ import numpy as np
 
 from bertknn_search.backends.base import Backend
 from bertknn_search.errors import QuestionError
+from bertknn_search.knn import knn_logits
 from bertknn_search.records import Answer, Evidence, EvidenceSentence, Neighbors
 
 EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown
@@ -33,19 +34,11 @@ Reencode = Callable[[Sequence[tuple[str, int, int]]], np.ndarray]
 SAME = 1e-4
 
 
-def knn_logits(distances: np.ndarray, temperature: float, squared: bool = True) -> np.ndarray:
-    """Each neighbour's kNN logit -d/l relative to the nearest one's (the nearest has 0), as in p_kNN."""
-    d = distances.astype(np.float64)
-    if not squared:
-        d = np.sqrt(np.maximum(d, 0.0))
-    return -(d - d.min()) / temperature if d.size else d
-
-
 def diverse_order(relevance: np.ndarray, vectors: np.ndarray, n: int) -> list[int]:
     """Greedy information-gain selection: relevance minus redundancy, -log(1 - highest cosine so far).
 
     Args:
-        relevance: (m,) the candidates' kNN logits, nearest first.
+        relevance: (m,) the candidates' kNN logits -d/l, nearest first (a common shift changes nothing).
         vectors: (m, dim) their context vectors.
         n: how many to pick at most.
 

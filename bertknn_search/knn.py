@@ -30,10 +30,15 @@ def knn_probs(
     probs = np.zeros(vocab_size, dtype=np.float64)
     if distances.size == 0:
         return probs
-    d = distances.astype(np.float64)
-    if not squared:
-        d = np.sqrt(np.maximum(d, 0.0))
-    logits = -d / temperature
+    logits = knn_logits(distances, temperature, squared)
     weights = np.exp(logits - logits.max())
     np.add.at(probs, token_ids.astype(np.int64), weights)
     return probs / weights.sum()
+
+
+def knn_logits(distances: np.ndarray, temperature: float, squared: bool = True) -> np.ndarray:
+    """Each neighbour's logit −d/l (d the squared distance, or with ``squared=False`` its root)."""
+    d = distances.astype(np.float64)
+    if not squared:
+        d = np.sqrt(np.maximum(d, 0.0))
+    return -d / temperature
