@@ -4,8 +4,8 @@ Three parts, each on its own flag:
 
 - default: for each ``--articles`` size, a generated corpus (JSONL) is ingested into a lazy index by
   ``ingest`` itself (read, IR terms, SQLite rows with the text, the tantivy article index; a tiny model
-  is loaded and never run), once per ``--runs`` setting (text-preparation workers and articles a write,
-  so main's path, 0:64, and this one run on the same corpus in the same run), then free questions
+  is loaded and never run), once per ``--runs`` setting (text-preparation workers, articles a write and
+  tantivy threads a write, so the previous text pass and this one run on the same corpus), then free questions
   (BM25 over the question) and subject questions (the title shortcut) are timed through ``retrieve``.
 - ``--splitters``: sentence splitters on the shared enwiki fragment and LAMA's T-REx evidence sentences
   (speed, sentence counts, boundaries that differ from pysbd's). Needs ``pip install pysbd blingfire``.
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from itertools import pairwise
 from multiprocessing import Pool
 from pathlib import Path
@@ -50,6 +51,7 @@ from common import (
 )
 
 from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.ingest.pipeline import TEXT_CHUNK_ARTICLES
 from bertknn_search.ingest.prepare import default_workers
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
@@ -124,6 +126,24 @@ def text_only_ingest(corpus: Path, index: Path, model: Path, workers: int, batch
     }
 
 
+@contextmanager
+def writer_threads(threads: int | None, batch: int) -> Iterator[None]:
+    """Give each write ``threads`` tantivy indexing threads (None: what ``article_index`` decides).
+
+    Before writes were sized to make one segment a thread, a write was 4,000 articles and had one thread
+    per 1,000 of them up to the cores, with 64 MB of heap each: ``1:4000:2`` on 2 cores.
+    """
+    from bertknn_search.backends import article_index
+
+    saved = article_index.DOCS_PER_THREAD, article_index.CORES_PER_THREAD
+    if threads is not None:
+        article_index.DOCS_PER_THREAD, article_index.CORES_PER_THREAD = max(1, batch // threads), 1
+    try:
+        yield
+    finally:
+        article_index.DOCS_PER_THREAD, article_index.CORES_PER_THREAD = saved
+
+
 def questions(corpus: Path, n: int, seed: int) -> list[tuple[str, str]]:
     """(free question, subject) pairs cut from random articles: 10 words around a masked word."""
     rng = np.random.default_rng(seed + 1)
@@ -170,12 +190,13 @@ def run_sizes(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             write_corpus(n, corpus, args.seed)
         pairs = questions(corpus, args.questions, args.seed)
         for setting in args.runs:
-            workers, batch = (int(v) for v in setting.split(":"))
+            workers, batch, *threads = (int(v) for v in setting.split(":"))
             if n > args.max_before_articles and (workers, batch) == (0, 64):
                 continue  # main's path is measured at the smaller sizes only
-            index = work / f"index-{n}-{workers}w-{batch}"
+            index = work / f"index-{n}-{setting.replace(':', '-')}"
             subprocess.run(["rm", "-rf", str(index)], check=True)
-            ingest = text_only_ingest(corpus, index, model, workers, batch)
+            with writer_threads(threads[0] if threads else None, batch):
+                ingest = text_only_ingest(corpus, index, model, workers, batch)
             latency = ir_latency(index, pairs)
             results[f"{n}/{setting}"] = {"ingest": ingest, "ir": latency}
             print(f"{n:,} articles, {setting}: {json.dumps(results[f'{n}/{setting}'])}", file=sys.stderr)
@@ -237,7 +258,7 @@ def stage_rates(work: Path, n: int, seed: int) -> dict[str, Any]:
 
     read: records from the JSONL file (the reading thread's share); prepare: ``prepare`` of the lazy
     ingest (JSON decoding, checks, fingerprint, IR field texts) and of an eager one (the same plus
-    sentence splitting), on one core; write: ``add_articles`` of 4,000-article writes with the field
+    sentence splitting), on one core; write: ``add_articles`` of the lazy ingest's writes with the field
     texts given (what the writer does), tantivy on one and on two indexing threads.
     """
     from bertknn_search.backends import article_index
@@ -268,11 +289,12 @@ def stage_rates(work: Path, n: int, seed: int) -> dict[str, Any]:
         python_side.clear()
         index = work / f"stage-index-{threads}"
         subprocess.run(["rm", "-rf", str(index)], check=True)
-        article_index.DOCS_PER_THREAD = 4_000 // threads
+        # Two threads even on 2 cores: what a write costs when it has them.
+        article_index.DOCS_PER_THREAD, article_index.CORES_PER_THREAD = TEXT_CHUNK_ARTICLES // threads, 1
         backend = EmbeddedBackend.create(index, meta)
         t0 = time.perf_counter()
-        for lo in range(0, n, 4_000):
-            batch = prepared[lo : lo + 4_000]
+        for lo in range(0, n, TEXT_CHUNK_ARTICLES):
+            batch = prepared[lo : lo + TEXT_CHUNK_ARTICLES]
             items = [EncodedArticle(p.article, None, p.fingerprint) for p in batch]
             backend.add_articles(items, ir_fields={p.article.id: p.ir_fields for p in batch})
         out[f"write_{threads}_threads"] = time.perf_counter() - t0
@@ -334,9 +356,11 @@ def main() -> None:
     parser.add_argument(
         "--runs",
         nargs="*",
-        default=["0:64", "0:4000", f"{default_workers()}:4000"],
-        help="WORKERS:BATCH per ingest, each on its own index of the same corpus; 0:64 is main's path"
-        " (text prepared on a thread of the writer's process, writes of 64 articles)",
+        default=["1:4000:2", f"{default_workers()}:{TEXT_CHUNK_ARTICLES}"],
+        help="WORKERS:BATCH[:THREADS] per ingest, each on its own index of the same corpus: text"
+        " preparation processes (0: a thread of the writer's process), articles a write, and tantivy"
+        " indexing threads a write (default: what the index decides); 1:4000:2 is the text pass before"
+        " large writes, 0:64 the one before that",
     )
     parser.add_argument(
         "--max-before-articles", type=int, default=10_000, help="largest size main's path (0:64) runs at"
@@ -344,7 +368,7 @@ def main() -> None:
     parser.add_argument("--splitters", action="store_true")
     parser.add_argument("--xml", action="store_true")
     parser.add_argument("--stages", action="store_true", help="per-core rates of each text-pass stage")
-    parser.add_argument("--stage-articles", type=int, default=12_000)
+    parser.add_argument("--stage-articles", type=int, default=32_000)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="for --xml")
     parser.add_argument("--work", type=Path, help="corpora and indexes (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the indexes")

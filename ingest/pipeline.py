@@ -33,11 +33,11 @@ from bertknn_search.records import Article, EncodedArticle, IndexMeta
 
 CHUNK_CHARS = 60_000  # articles are encoded together up to this much text, so batches mix sentences
 CHUNK_ARTICLES = 64
-# A lazy ingest writes text only, and each write costs a tantivy commit (segment files, fsyncs) and,
-# with small writes, waits for the merges of the many small segments: at 64 articles a write that was
-# most of the time (benchmarks/README.md). Large writes also get several tantivy indexing threads.
-TEXT_CHUNK_CHARS = 12_000_000
-TEXT_CHUNK_ARTICLES = 4_000
+# A lazy ingest writes text only, and each write makes tantivy segments that are merged 8 at a time: at
+# 64 articles a write the merges were most of the time, at 4,000 still half of it (benchmarks/README.md).
+# A write of this size is one segment of a few hundred MB of writer heap (article_index.HEAP_PER_CHAR).
+TEXT_CHUNK_CHARS = 48_000_000
+TEXT_CHUNK_ARTICLES = 16_000
 MAX_PENDING_WRITES = 2  # encoded chunks waiting for the writer thread; bounds memory
 
 
@@ -170,7 +170,12 @@ def ingest(
         # index and turned into rows on the "prepare" thread while this one is encoded here, and the
         # previous one is written on the "writer" thread. On a GPU the main thread mostly waits on the
         # device, so the CPU stages no longer add to it.
+        # A lazy ingest's writes come back to back: as one run (``Backend.bulk``) the embedded backend
+        # merges tantivy segments beside the next writes instead of waiting at each. An eager one
+        # encodes between its writes, minutes on a CPU, and leaves the lock free meanwhile for others.
+        # The executors inside finish every write before the run ends.
         with (
+            backend.bulk(size[1], size[0]) if lazy else contextlib.nullcontext(),
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):

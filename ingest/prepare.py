@@ -87,8 +87,9 @@ def prepare(records: Sequence[Record], spec: TextSpec) -> list[PreparedArticle]:
 def default_workers() -> int:
     """Worker processes when none are asked for: a third of this process's cores, at least one.
 
-    The writer's side needs cores too: tantivy indexes each large write on up to one thread a core,
-    at about a third of the speed a worker prepares text (``benchmarks/README.md``).
+    The writer's side needs cores too: tantivy indexes a write on one thread per four cores and
+    merges segments on others, each thread at about a third of the speed a worker prepares text
+    (``benchmarks/README.md``).
     """
     try:
         cores = len(os.sched_getaffinity(0))

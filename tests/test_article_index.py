@@ -6,6 +6,7 @@ The expected scores are computed here from Lucene's formula and its one-byte len
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sqlite3
@@ -321,5 +322,86 @@ def test_an_id_given_twice_in_one_write_is_stored_once_with_the_later_text(index
         backend.add_articles([article("3", "F", "first farrowby"), article("3", "F", "second farrowby")])
         assert backend._ir.documents() == 3
         assert ids(backend, "farrowby second") == ["3"] and ids(backend, "first") == []
+    finally:
+        backend.close()
+
+
+def _segments(index_dir: Path) -> int:
+    meta = (index_dir / article_index.IR_DIR / "meta.json").read_text(encoding="utf-8")
+    return len(json.loads(meta)["segments"])
+
+
+@pytest.mark.parametrize(("heap_per_char", "one_segment"), [(article_index.HEAP_PER_CHAR, True), (0, False)])
+def test_a_write_is_one_segment_whatever_its_size(
+    index_dir: Path, monkeypatch, heap_per_char: int, one_segment: bool
+) -> None:
+    """tantivy merges segments 8 at a time at a cost like indexing them again: a write makes one.
+
+    With the heap fixed at its minimum instead (``heap_per_char`` 0) the same write spills into several.
+    """
+    monkeypatch.setattr(article_index, "MIN_HEAP", 15_000_000)  # tantivy's least, so the test stays small
+    monkeypatch.setattr(article_index, "HEAP_PER_CHAR", heap_per_char)
+    rng = random.Random(5)
+    words = [f"{rng.getrandbits(40):x}" for _ in range(50_000)]  # distinct bigrams, as in Wikipedia
+    items = [article(f"{i:04d}", f"T{i}", " ".join(rng.choices(words, k=1_500))) for i in range(300)]
+    backend = EmbeddedBackend.create(index_dir, META)
+    backend.add_articles(items)
+    backend.close()
+    assert (_segments(index_dir) == 1) is one_segment
+    assert article_index.writer_threads(len(items), cores=64) == 1  # fewer than DOCS_PER_THREAD articles
+
+
+def test_a_bulk_run_shares_one_writer_keeps_others_out_and_ends_merged(index_dir: Path, monkeypatch) -> None:
+    """In a run of writes the merges go on beside the next writes; the run waits for them at its end."""
+    build(index_dir)
+    made = []
+    real = article_index.ArticleIndex._writer
+
+    def counting(self: article_index.ArticleIndex, documents: int = 0, text_chars: int = 0) -> object:
+        made.append(documents)
+        return real(self, documents, text_chars)
+
+    monkeypatch.setattr(article_index.ArticleIndex, "_writer", counting)
+    monkeypatch.setattr(article_index, "LOCK_TIMEOUT_S", 0.01)
+    backend = EmbeddedBackend.open(index_dir)
+    other = EmbeddedBackend.open(index_dir)  # another writer: its own lock object, as another process
+    try:
+        with backend.bulk(write_articles=5, write_chars=1_000):
+            for w in range(12):  # a segment each: tantivy merges 8 of a size into one
+                backend.add_articles([article(f"{w}-{i}", f"T{w}", f"word{w} text{i}") for i in range(5)])
+                assert ids(backend, f"word{w}")[:1] == [f"{w}-0"]  # each write answerable at once
+            with pytest.raises(BackendError, match="another process has been writing"):
+                other.add_articles([article("x", "X", "other")])
+        assert made == [5]
+        assert _segments(index_dir) < 12
+        other.add_articles([article("x", "X", "other")])  # the run is over: the lock is free
+        assert backend.stats().articles == 2 + 60 + 1 and backend._ir.documents() == 63
+    finally:
+        other.close()
+        backend.close()
+
+
+@pytest.mark.reliability
+def test_a_failed_write_in_a_bulk_run_is_taken_out_and_the_run_goes_on(index_dir: Path, monkeypatch) -> None:
+    build(index_dir)
+    real = ArticleBatch.commit
+    fail = [True]
+
+    def commit_then_fail_once(self: ArticleBatch) -> None:
+        real(self)
+        if fail:
+            fail.clear()
+            raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ArticleBatch, "commit", commit_then_fail_once)
+    backend = EmbeddedBackend.open(index_dir)
+    try:
+        with backend.bulk(write_articles=2, write_chars=100):
+            with pytest.raises(BackendError, match="database or disk is full"):
+                backend.add_articles([article("3", "F", "farrowby")])
+            backend.add_articles([article("4", "S", "sorrel")])
+        assert not (index_dir / PENDING).exists()
+        assert backend._ir.documents() == 3
+        assert ids(backend, "farrowby") == [] and ids(backend, "sorrel") == ["4"]
     finally:
         backend.close()

@@ -7,7 +7,8 @@ question does not read every posting of its terms. It indexes the project's own 
 tokenizer splits back, so both backends rank the same strings.
 
 SQLite stays the record of which articles exist; tantivy and SQLite have no shared transaction, so:
-- one writer at a time holds ``write.lock`` for its whole write;
+- one writer at a time holds ``write.lock`` for its whole write, or for a whole run of writes (``bulk``,
+  an ingest: its segment merges then go on beside the next writes instead of being waited for at each);
 - every write gives its articles a new random version, stored in SQLite's row and the tantivy document;
 - the new documents are committed to tantivy before the SQLite transaction commits, and the versions they
   replace are deleted only after it (``settle``);
@@ -31,6 +32,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
@@ -50,8 +52,18 @@ PARTS = (IR_DIR, PENDING, LOCK)  # what this module keeps in an index directory
 # yields "_".
 STOPWORD_TERM = "_"
 LOCK_TIMEOUT_S = 60.0  # as long as SQLite waits for its own write lock
-WRITER_HEAP = 64_000_000  # per indexing thread
-DOCS_PER_THREAD = 1_000  # a large write gets an indexing thread per this many documents, up to the cores
+# tantivy writes one segment per indexing thread and commit, and merges every 8 segments of a size
+# into one; with the bigram field's millions of distinct terms a merge costs about what indexing the
+# documents did, so a write gets as few threads, each with as large a heap, as keeps its documents in
+# one segment each (benchmarks/README.md, "Text pass").
+# Writer heap per character of article text. 8.7 kept 16,000 Wikipedia-shaped articles in one segment, 12
+# a text whose every bigram is new; tantivy allocates the heap as the segment grows, so spare budget
+# costs no memory.
+HEAP_PER_CHAR = 16
+MIN_HEAP = 64_000_000  # per indexing thread
+MAX_HEAP = 3_000_000_000  # per indexing thread; tantivy takes less than 4 GB
+DOCS_PER_THREAD = 4_000  # a write gets at most one indexing thread per this many documents
+CORES_PER_THREAD = 4  # and one per this many cores: the rest prepare text and merge segments
 FIRST_FETCH = 8  # hits beyond n fetched at first, for ties and for articles a reader does not hold yet
 
 # The committed SQLite version of each article id SQLite holds (ids it lacks are left out).
@@ -127,6 +139,7 @@ class ArticleIndex:
         self._schema = index.schema
         self._lock = FileLock(root / LOCK)
         self._copy: tempfile.TemporaryDirectory[str] | None = None  # a read-only index is read from a copy
+        self._bulk: _Bulk | None = None  # a run of writes (``bulk``) holding the lock and one writer
         index.config_reader("manual")  # reloaded by each search, so a reader sees the last commit
 
     @classmethod
@@ -220,29 +233,30 @@ class ArticleIndex:
 
     # -- writing ----------------------------------------------------------------------------------
     @contextmanager
-    def writing(self, versions: Versions, documents: int) -> Iterator[ArticleBatch]:
+    def writing(self, versions: Versions, documents: int, text_chars: int = 0) -> Iterator[ArticleBatch]:
         """Hold the write lock and a tantivy writer for one write; settle both stores on the way out.
 
         The caller commits its SQLite transaction inside the ``with`` block, after ``batch.commit()``.
 
         Args:
             versions: reads the committed SQLite version of articles.
-            documents: how many articles the write adds (sizes the writer).
+            documents, text_chars: how many articles the write adds, and their characters of text
+                (they size the writer).
 
         Raises:
             BackendError: another writer holds the lock too long, or tantivy cannot write.
         """
-        try:
-            self._lock.acquire(timeout=LOCK_TIMEOUT_S)
-        except Timeout as exc:
-            raise BackendError(
-                f"another process has been writing to the index at {self.root} for"
-                f" {LOCK_TIMEOUT_S:.0f} s; try again when it is done"
-            ) from exc
+        run = self._bulk
+        if run is None:
+            self._acquire()
         try:
             with _tantivy_errors(self.root):
-                self._repair(versions)
-                writer = self._writer(documents)
+                if run is None:
+                    self._repair(versions)  # a run repaired once, when it took the lock
+                    writer = self._writer(documents, text_chars)
+                else:
+                    run.writer = run.writer or self._writer(max(documents, run.documents), run.text_chars)
+                    writer = run.writer
             batch = ArticleBatch(self, writer)
             try:
                 yield batch
@@ -255,7 +269,10 @@ class ArticleIndex:
                         (self.root / PENDING).unlink(missing_ok=True)
                     else:
                         writer.rollback()
-                    writer.wait_merging_threads()
+                    if run is None:
+                        writer.wait_merging_threads()
+                if run is not None:
+                    run.writer = None  # its merges stop; the next write of the run starts another
                 raise
             if batch.committed:
                 # The write is done (SQLite committed): a failure to settle leaves the pending file for
@@ -267,10 +284,60 @@ class ArticleIndex:
             else:
                 with _tantivy_errors(self.root):
                     writer.rollback()
-            with suppress(ValueError):
-                writer.wait_merging_threads()  # without it, the merges this write started are dropped
+            if run is None:
+                with suppress(ValueError):
+                    writer.wait_merging_threads()  # without it, the merges this write started are dropped
         finally:
-            self._lock.release()
+            if run is None:
+                self._lock.release()
+
+    @contextmanager
+    def bulk(self, versions: Versions, documents: int, text_chars: int) -> Iterator[None]:
+        """Hold the write lock and one tantivy writer across the writes made inside (an ingest).
+
+        A write on its own waits for the segment merges its commit started, because the writer that
+        runs them goes with it; in a run they go on beside the next writes (on other cores, and while
+        the next text is prepared), and the run waits for them once, at its end. Each write is still
+        one commit of its own, repaired as ever if the process dies. Other writers wait for the run.
+
+        Args:
+            versions: reads the committed SQLite version of articles.
+            documents, text_chars: the most articles, and characters of text, one write of the run
+                adds (they size the writer).
+
+        Raises:
+            BackendError: another writer holds the lock too long, or tantivy cannot write.
+        """
+        if self._bulk is not None:  # already in one: the outer run holds the writer
+            yield
+            return
+        self._acquire()
+        done = False
+        try:
+            with _tantivy_errors(self.root):
+                self._repair(versions)
+            self._bulk = _Bulk(documents, text_chars)
+            yield
+            done = True
+        finally:
+            run, self._bulk = self._bulk, None
+            try:
+                if run is not None and run.writer is not None and done:
+                    with _tantivy_errors(self.root):
+                        run.writer.wait_merging_threads()
+                # After an error the writer is dropped without waiting: its merges stop, and the
+                # segments they were merging stay as they are.
+            finally:
+                self._lock.release()
+
+    def _acquire(self) -> None:
+        try:
+            self._lock.acquire(timeout=LOCK_TIMEOUT_S)
+        except Timeout as exc:
+            raise BackendError(
+                f"another process has been writing to the index at {self.root} for"
+                f" {LOCK_TIMEOUT_S:.0f} s; try again when it is done"
+            ) from exc
 
     def recover(self, versions: Versions) -> None:
         """Repair what a writer that died left, unless another writer is at work (it settles itself)."""
@@ -313,10 +380,10 @@ class ArticleIndex:
                 )
         writer.commit()
 
-    def _writer(self, documents: int = 0) -> tantivy.IndexWriter:
-        # Each thread writes its own segment per commit, so small writes get one.
-        threads = max(1, min(os.cpu_count() or 1, documents // DOCS_PER_THREAD))
-        return self._index.writer(heap_size=WRITER_HEAP * threads, num_threads=threads)
+    def _writer(self, documents: int = 0, text_chars: int = 0) -> tantivy.IndexWriter:
+        threads = writer_threads(documents, os.cpu_count() or 1)
+        heap = min(MAX_HEAP, max(MIN_HEAP, HEAP_PER_CHAR * text_chars // threads))
+        return self._index.writer(heap_size=heap * threads, num_threads=threads)
 
     def _write_pending(self, ids: Sequence[str]) -> None:
         tmp = self.root / f"{PENDING}.tmp"
@@ -334,6 +401,20 @@ class ArticleIndex:
         except (ValueError, KeyError, TypeError):
             # Written whole through a rename before any tantivy commit; unreadable means never used.
             return []
+
+
+@dataclass
+class _Bulk:
+    """A run of writes (``ArticleIndex.bulk``): the writer they share, made by the first of them."""
+
+    documents: int
+    text_chars: int
+    writer: tantivy.IndexWriter | None = None
+
+
+def writer_threads(documents: int, cores: int) -> int:
+    """Indexing threads for a write of ``documents`` articles on ``cores`` cores: one per segment."""
+    return max(1, min(cores // CORES_PER_THREAD, documents // DOCS_PER_THREAD))
 
 
 @contextmanager

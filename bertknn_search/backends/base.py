@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -35,6 +36,17 @@ class Backend(Protocol):
         """Write (or replace) articles with their contexts; each article is atomic.
 
         An item without contexts (a lazy index) stores the text; a replaced article loses its contexts.
+        """
+        ...
+
+    def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
+        """A run of ``add_articles`` calls by this process (an ingest), each still atomic on its own.
+
+        The backend may hold its index for the run and finish work the writes leave (segment merges)
+        beside the next writes and at the end; other writers may wait for the run to end.
+
+        Args:
+            write_articles, write_chars: the most articles, and characters of text, one write adds.
         """
         ...
 

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -224,13 +224,20 @@ class EmbeddedBackend:
         ]
         with (
             self._lock,
-            self._ir.writing(self._ir_versions, len(items)) as batch,
+            self._ir.writing(
+                self._ir_versions, len(items), sum(len(item.article.text) for item in items)
+            ) as batch,
             self._write(len(items)) as cur,
         ):
             for item, item_fields in zip(items, fields):
                 batch.add(item.article.id, item_fields, replaces=self._write_one(cur, item, batch.version))
             cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
             batch.commit()  # tantivy first: an article SQLite holds is always in tantivy
+
+    def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
+        """Hold the write lock and one tantivy writer for the run (``ArticleIndex.bulk``)."""
+        self._check_writable()
+        return self._ir.bulk(self._ir_versions, write_articles, write_chars)
 
     def delete_articles(self, article_ids: Sequence[str]) -> int:
         """Delete articles, their contexts and texts in one transaction, then their tantivy documents.

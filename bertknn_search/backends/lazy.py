@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import numpy as np
@@ -112,6 +113,9 @@ class LazyDatastore:
     # -- the rest is the store's ------------------------------------------------------------------
     def add_articles(self, items: Sequence[EncodedArticle]) -> None:
         self.store.add_articles(items)
+
+    def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
+        return self.store.bulk(write_articles, write_chars)
 
     def delete_articles(self, article_ids: Sequence[str]) -> int:
         for aid in article_ids:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -169,6 +170,10 @@ class OpenSearchBackend:
             )
         # Settled: a resumed ingest may skip these articles now (it redoes unsettled ones).
         self._bulk("mark articles settled", lambda: (bodies.settle_action(i, articles) for i in latest))
+
+    def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
+        """Nothing to hold: each ``add_articles`` already sends bulk requests and refreshes once."""
+        return nullcontext()
 
     def delete_articles(self, article_ids: Sequence[str]) -> int:
         """Delete the article docs, then their contexts by query.
