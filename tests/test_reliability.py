@@ -517,3 +517,38 @@ def test_a_read_only_index_with_unmerged_writes_says_so_and_not_corrupt(index_co
         " index.sqlite-shm to read them with; open it once where it is writable (for example"
         " 'bertknn-search stats'), then copy it again"
     )
+
+
+def test_a_killed_lazy_ingest_resumes_to_one_copy_in_both_stores(base_config: Config, tmp_path: Path) -> None:
+    """A lazy ingest holds one tantivy writer across its writes (``Backend.bulk``); killed mid-run, the
+    next run repairs what the dead writer left and ends with one document per article."""
+    corpus, index = tmp_path / "corpus.jsonl", tmp_path / "index"
+    write_big_corpus(corpus, 1_500, seed=3)
+    script = f"""
+from pathlib import Path
+from bertknn_search.config import Config
+from bertknn_search.ingest import pipeline
+
+pipeline.TEXT_CHUNK_ARTICLES = 20  # many writes in one run
+config = Config(model={base_config.model!r}, device="cpu", index=Path({str(index)!r}), contexts="lazy")
+print(pipeline.ingest(Path({str(corpus)!r}), config, progress=False, workers=0).already_stored)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=_env())
+    wait_for_articles(proc, index, at_least=100)
+    proc.kill()
+    proc.wait(timeout=WAIT)
+    done = stored_articles(index)
+    assert 0 < done < 1_500
+    rerun = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=WAIT
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert int(rerun.stdout.split()[-1]) == done  # what the killed run committed is kept, not redone
+    backend = EmbeddedBackend.open(index)
+    try:
+        assert backend.stats().articles == 1_500
+        assert backend._ir.documents() == 1_500
+        assert not (index / "articles.pending.json").exists()
+        assert [h.id for h in backend.search_articles("article 777", 1)] == ["777"]
+    finally:
+        backend.close()

@@ -255,7 +255,8 @@ class ArticleIndex:
                     self._repair(versions)  # a run repaired once, when it took the lock
                     writer = self._writer(documents, text_chars)
                 else:
-                    run.writer = run.writer or self._writer(max(documents, run.documents), run.text_chars)
+                    size = max(documents, run.documents), max(text_chars, run.text_chars)
+                    run.writer = run.writer or self._writer(*size)
                     writer = run.writer
             batch = ArticleBatch(self, writer)
             try:
