@@ -246,18 +246,7 @@ class ArticleIndex:
         Raises:
             BackendError: another writer holds the lock too long, or tantivy cannot write.
         """
-        run = self._bulk
-        if run is None:
-            self._acquire()
-        try:
-            with _tantivy_errors(self.root):
-                if run is None:
-                    self._repair(versions)  # a run repaired once, when it took the lock
-                    writer = self._writer(documents, text_chars)
-                else:
-                    size = max(documents, run.documents), max(text_chars, run.text_chars)
-                    run.writer = run.writer or self._writer(*size)
-                    writer = run.writer
+        with self._write_writer(versions, documents, text_chars) as writer:
             batch = ArticleBatch(self, writer)
             try:
                 yield batch
@@ -270,10 +259,6 @@ class ArticleIndex:
                         (self.root / PENDING).unlink(missing_ok=True)
                     else:
                         writer.rollback()
-                    if run is None:
-                        writer.wait_merging_threads()
-                if run is not None:
-                    run.writer = None  # its merges stop; the next write of the run starts another
                 raise
             if batch.committed:
                 # The write is done (SQLite committed): a failure to settle leaves the pending file for
@@ -285,12 +270,35 @@ class ArticleIndex:
             else:
                 with _tantivy_errors(self.root):
                     writer.rollback()
-            if run is None:
+
+    @contextmanager
+    def _write_writer(
+        self, versions: Versions, documents: int, text_chars: int
+    ) -> Iterator[tantivy.IndexWriter]:
+        """The tantivy writer of one write: the run's (``bulk``), or its own, under the write lock."""
+        run = self._bulk
+        if run is not None:
+            with _tantivy_errors(self.root):
+                size = max(documents, run.documents), max(text_chars, run.text_chars)
+                writer = run.writer = run.writer or self._writer(*size)
+            try:
+                yield writer
+            except BaseException:
+                run.writer = None  # its merges stop; the next write of the run starts another
+                raise
+            return
+        self._acquire()
+        try:
+            with _tantivy_errors(self.root):
+                self._repair(versions)  # a run repairs once, when it takes the lock
+                writer = self._writer(documents, text_chars)
+            try:
+                yield writer
+            finally:
                 with suppress(ValueError):
                     writer.wait_merging_threads()  # without it, the merges this write started are dropped
         finally:
-            if run is None:
-                self._lock.release()
+            self._lock.release()
 
     @contextmanager
     def bulk(self, versions: Versions, documents: int, text_chars: int) -> Iterator[None]:
