@@ -160,7 +160,7 @@ def ingest(
     counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0, "replaced": 0}
     counts["duplicates"], counts["windowed"], counts["max_length"] = duplicates, 0, config.max_length
     bar = Progress("add" if existing_only else "ingest", total, str(device), progress)
-    writes = _Writes(backend, spec.ir_fields)
+    writes = _Writes(backend)
     pending: deque[Future[None]] = deque()
     rest = chain([first] if first is not None else [], chunks)
     seen = SeenIds()
@@ -216,9 +216,8 @@ def ingest(
 class _Writes:
     """The writer thread's side: writes batches in order and stops at the first that fails."""
 
-    def __init__(self, backend: Backend, ir_fields: bool) -> None:
+    def __init__(self, backend: Backend) -> None:
         self._backend = backend
-        self._ir_fields = ir_fields  # the embedded backend takes the IR field texts the workers made
         self.committed = 0  # articles in batches written by this run
         self._failed: StoreWriteError | None = None
 
@@ -226,10 +225,7 @@ class _Writes:
         if self._failed is not None:
             raise self._failed  # nothing after a failed batch is written, so "kept" stays exact
         try:
-            if self._ir_fields:
-                self._backend.add_articles(items, ir_fields=ir_fields)  # type: ignore[call-arg]
-            else:
-                self._backend.add_articles(items)
+            self._backend.add_articles(items, ir_fields)
         except StoreWriteError as exc:
             self._failed = exc
             raise

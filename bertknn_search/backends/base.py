@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -32,10 +32,17 @@ class Backend(Protocol):
         """What the index was built with."""
         ...
 
-    def add_articles(self, items: Sequence[EncodedArticle]) -> None:
+    def add_articles(
+        self, items: Sequence[EncodedArticle], ir_fields: Mapping[str, tuple[str, str]] | None = None
+    ) -> None:
         """Write (or replace) articles with their contexts; each article is atomic.
 
         An item without contexts (a lazy index) stores the text; a replaced article loses its contexts.
+
+        Args:
+            ir_fields: article id -> its IR field texts (``article_index.field_texts``) where the caller
+                made them already (ingest's worker processes); a backend that analyses text itself
+                ignores them.
         """
         ...
 

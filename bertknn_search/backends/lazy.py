@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -111,8 +111,10 @@ class LazyDatastore:
         return self.store.knn(vector, k, article_ids)
 
     # -- the rest is the store's ------------------------------------------------------------------
-    def add_articles(self, items: Sequence[EncodedArticle]) -> None:
-        self.store.add_articles(items)
+    def add_articles(
+        self, items: Sequence[EncodedArticle], ir_fields: Mapping[str, tuple[str, str]] | None = None
+    ) -> None:
+        self.store.add_articles(items, ir_fields)
 
     def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
         return self.store.bulk(write_articles, write_chars)

@@ -10,7 +10,7 @@ mixes old and new contexts. Request bodies live in ``opensearch_bodies``, connec
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar, TypeVar
 
@@ -130,8 +130,12 @@ class OpenSearchBackend:
         return self._meta
 
     # -- writing ----------------------------------------------------------------------------------
-    def add_articles(self, items: Sequence[EncodedArticle]) -> None:
+    def add_articles(
+        self, items: Sequence[EncodedArticle], ir_fields: Mapping[str, tuple[str, str]] | None = None
+    ) -> None:
         """Write or replace ``items``; each article becomes visible whole, and is when this returns.
+
+        ``ir_fields`` is not used: the cluster analyses the text itself.
 
         Raises:
             IndexMismatchError: an article's vectors do not have the index dimension.
