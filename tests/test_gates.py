@@ -19,6 +19,7 @@ from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
 from tests.test_backends import opensearch_config  # noqa: F401  (a fixture)
+from tests.test_eval_datasets import write_jsonl
 
 KB = Question("Zorblat was born in [MASK].", "Zorblat")
 
@@ -118,14 +119,18 @@ POP_ROWS = [
 def test_both_backends_store_an_articles_popularity(
     base_config: Config, tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    from bertknn_search.backends import open_backend
 
-    corpus = tmp_path / "pop.jsonl"
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in POP_ROWS), encoding="utf-8")
     config = base_config.replace(index=tmp_path / "idx")
     if backend == "opensearch":
         config = request.getfixturevalue("opensearch_config")
-    ingest(corpus, config, progress=False)
+    ingest(write_jsonl(tmp_path / "pop.jsonl", POP_ROWS), config, progress=False)
+    assert_pop_rows_popularity(config)
+
+
+def assert_pop_rows_popularity(config: Config) -> None:
+    """The index holds POP_ROWS' popularity: Zorblat's, and none for Mirvane."""
+    from bertknn_search.backends import open_backend
+
     store = open_backend(config)
     try:
         assert [h.popularity for h in store.find_titles("Zorblat", 3)] == [50000.0]
@@ -135,14 +140,8 @@ def test_both_backends_store_an_articles_popularity(
 
 
 def test_popularity_comes_from_the_subjects_article(base_config: Config, tmp_path: Path) -> None:
-    corpus = tmp_path / "pop.jsonl"
-    rows = [
-        {"id": "1", "title": "Zorblat", "text": "Zorblat was born in Quenton.", "popularity": 50000},
-        {"id": "2", "title": "Mirvane", "text": "Mirvane was born in Oskavel."},
-    ]
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     config = base_config.replace(index=tmp_path / "idx")
-    ingest(corpus, config, progress=False)
+    ingest(write_jsonl(tmp_path / "pop.jsonl", POP_ROWS), config, progress=False)
     gated = config.with_gate_threshold("popularity", math.log(1000))
     s = Searcher.open(gated)
     try:
@@ -269,7 +268,6 @@ def test_an_index_built_before_article_popularity_still_opens(index_copy: Config
 def test_an_opensearch_index_made_before_popularity_takes_one(
     tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bertknn_search.backends import open_backend
     from bertknn_search.backends import opensearch_bodies as bodies
 
     config = request.getfixturevalue("opensearch_config")
@@ -284,15 +282,6 @@ def test_an_opensearch_index_made_before_popularity_takes_one(
     # The index as an older version made it: a strict articles mapping without the field.
     with monkeypatch.context() as patch:
         patch.setattr(bodies, "load_mapping", before_popularity)
-        corpus = tmp_path / "old.jsonl"
-        corpus.write_text("".join(json.dumps(r) + "\n" for r in without), encoding="utf-8")
-        ingest(corpus, config, progress=False)
-    added = tmp_path / "new.jsonl"
-    added.write_text("".join(json.dumps(r) + "\n" for r in with_it), encoding="utf-8")
-    add_articles(added, config, progress=False)
-    store = open_backend(config)
-    try:
-        assert [h.popularity for h in store.find_titles("Zorblat", 3)] == [50000.0]
-        assert [h.popularity for h in store.find_titles("Mirvane", 3)] == [None]
-    finally:
-        store.close()
+        ingest(write_jsonl(tmp_path / "old.jsonl", without), config, progress=False)
+    add_articles(write_jsonl(tmp_path / "new.jsonl", with_it), config, progress=False)
+    assert_pop_rows_popularity(config)
