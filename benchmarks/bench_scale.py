@@ -289,14 +289,13 @@ def stage_rates(work: Path, n: int, seed: int) -> dict[str, Any]:
         python_side.clear()
         index = work / f"stage-index-{threads}"
         subprocess.run(["rm", "-rf", str(index)], check=True)
-        # Two threads even on 2 cores: what a write costs when it has them.
-        article_index.DOCS_PER_THREAD, article_index.CORES_PER_THREAD = TEXT_CHUNK_ARTICLES // threads, 1
         backend = EmbeddedBackend.create(index, meta)
         t0 = time.perf_counter()
-        for lo in range(0, n, TEXT_CHUNK_ARTICLES):
-            batch = prepared[lo : lo + TEXT_CHUNK_ARTICLES]
-            items = [EncodedArticle(p.article, None, p.fingerprint) for p in batch]
-            backend.add_articles(items, ir_fields={p.article.id: p.ir_fields for p in batch})
+        with writer_threads(threads, TEXT_CHUNK_ARTICLES):  # two even on 2 cores: what a write costs then
+            for lo in range(0, n, TEXT_CHUNK_ARTICLES):
+                batch = prepared[lo : lo + TEXT_CHUNK_ARTICLES]
+                items = [EncodedArticle(p.article, None, p.fingerprint) for p in batch]
+                backend.add_articles(items, ir_fields={p.article.id: p.ir_fields for p in batch})
         out[f"write_{threads}_threads"] = time.perf_counter() - t0
         out[f"write_{threads}_threads_python"] = sum(python_side.values())
         backend.close()
