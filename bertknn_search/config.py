@@ -27,6 +27,12 @@ EVIDENCE_MODES = ("diverse", "nearest")
 # Masked sentences (or questions) per forward pass: a GPU needs big batches to be busy, a CPU does not.
 CPU_BATCH = 128
 GPU_BATCH = 1024
+# Anytime answers: contexts a question encodes before it answers, on a lazy index whose articles are not
+# yet encoded (those most like the question first; the rest later). Chosen from bench_anytime's curve of
+# budget -> agreement with the exact answer and time (README, "Cold questions"): on a CPU about 3 s of
+# BERT-base; on a GPU an article of 64k contexts whole, so answers there are exact in practice.
+CPU_BUDGET = 256
+GPU_BUDGET = 65_536
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,10 @@ class Config:
     gate: str = "none"
     gate_thresholds: tuple[tuple[str, str, float], ...] = ()
     evidence: str = "diverse"
+    # Anytime answers on a lazy index: contexts encoded per question before it answers (None: the
+    # device's default, see budget_for); ``exact`` encodes every missing context of its articles first.
+    budget: int | None = None
+    exact: bool = False
 
     # Where the index lives.
     backend: str = "embedded"
@@ -83,6 +93,14 @@ class Config:
             return self.batch_size
         return GPU_BATCH if device_type == "cuda" else CPU_BATCH
 
+    def budget_for(self, device_type: str) -> int | None:
+        """Contexts a question may encode before it answers on ``device_type``; None: all (exact)."""
+        if self.exact:
+            return None
+        if self.budget is not None:
+            return self.budget
+        return GPU_BUDGET if device_type == "cuda" else CPU_BUDGET
+
     def __post_init__(self) -> None:
         checks = [
             (self.layer >= 1, f"--layer must be >= 1, got {self.layer}"),
@@ -95,6 +113,7 @@ class Config:
                 self.batch_size is None or self.batch_size >= 1,
                 f"--batch-size must be >= 1, got {self.batch_size}",
             ),
+            (self.budget is None or self.budget >= 1, f"--budget must be >= 1 context, got {self.budget}"),
             (self.max_length >= 8, f"--max-length must be >= 8, got {self.max_length}"),
             (self.distance in DISTANCES, f"distance must be one of {DISTANCES}, got {self.distance!r}"),
             (self.mask_policy in MASK_POLICIES, f"mask policy must be one of {MASK_POLICIES}"),
@@ -167,6 +186,8 @@ TUNABLE: dict[str, type] = {
     "gate": str,
     "gate_thresholds": dict,
     "evidence": str,
+    "budget": int,
+    "exact": bool,
 }
 
 # Flags whose name is not the field's with dashes.
@@ -184,6 +205,8 @@ SETTINGS_FLAGS: dict[str, tuple[str, bool]] = {
     "gate": ("gate", False),
     "gate-thresholds": ("gate_thresholds", False),
     "evidence": ("evidence", False),
+    "budget": ("budget", False),
+    "exact": ("exact", False),
 }
 SETTINGS_KEYS = {**SETTINGS_FLAGS, **{name: (name, False) for name in TUNABLE}}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,11 +53,92 @@ class EncodedArticle:
     """An article with its contexts, ready to be written by a backend in one atomic step.
 
     ``contexts`` is None when a lazy index stores the text alone; they are encoded on first use.
+    A *part* (``rows`` set) holds some of the article's contexts: a lazy index encodes a long article's
+    contexts in the order a question needs them and stores each part as it is encoded.
     """
 
     article: Article
     contexts: ContextBlock | None
     fingerprint: str  # hash of the text and the encoding settings: equal means nothing to redo
+    # A part: the row number (in ``make_rows`` order over the whole article) of each of the block's
+    # contexts, and how many contexts the whole article has. None: the block is every context.
+    rows: np.ndarray | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How many of an article's contexts are stored: a question over part of one says so."""
+
+    encoded: int
+    total: int
+
+    @property
+    def complete(self) -> bool:
+        return self.encoded >= self.total
+
+
+@dataclass(frozen=True)
+class Focus:
+    """A question a lazy index encodes for: its text (with [MASK]), subject and the articles it searches."""
+
+    question: str
+    subject: str | None
+    article_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EncodeProgress:
+    """Where a lazy index's encoding stands, for a progress bar: ``done`` of ``todo`` contexts now."""
+
+    done: int
+    todo: int
+    titles: tuple[str, ...]  # the articles being encoded
+    seconds: float
+
+
+@dataclass(frozen=True)
+class EncodeHooks:
+    """What a front end lets a lazy index's encoding do between encoder steps.
+
+    Attributes:
+        between: called between steps; the server answers questions that arrived meanwhile here, and
+            raises to stop a cold encode when it shuts down (what is encoded by then is stored).
+        progress: told after each step.
+    """
+
+    between: Callable[[], None] | None = None
+    progress: Callable[[EncodeProgress], None] | None = None
+
+
+@dataclass(frozen=True)
+class EncodePlan:
+    """What a batch of questions asks of a lazy index before it answers.
+
+    Attributes:
+        focus: the questions, each with the articles it searches.
+        budget: contexts encoded per question before answering, those most useful to it first;
+            None: every context of its articles (an exact answer).
+    """
+
+    focus: tuple[Focus, ...] = ()
+    budget: int | None = None
+    hooks: EncodeHooks = field(default_factory=EncodeHooks)
+
+
+@dataclass(frozen=True)
+class PendingArticle:
+    """An article of a lazy index whose contexts are not all stored, as the store hands it out.
+
+    Attributes:
+        done: sorted row numbers already stored (empty when none is).
+        sentences: the article's sentences as split when its first part was stored; None before.
+    """
+
+    article: Article
+    fingerprint: str
+    done: np.ndarray
+    sentences: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +173,10 @@ class IndexStats:
     # Contexts an eager index of the same articles would hold: exact when eager, else extrapolated from
     # the encoded articles' contexts per character of text (0 until one is encoded).
     estimated_contexts: int = 0
+    # Articles whose contexts are partly stored (a lazy index answering before an article is encoded to
+    # its end), and the contexts those parts hold (counted in ``contexts`` too).
+    partial_articles: int = 0
+    partial_contexts: int = 0
     model_max_length: int | None = None  # the model's own input limit, where its config is on disk here
     # Whether the index's model has a masked-LM head (None: its files are not on disk here to tell).
     mlm_head: bool | None = None
@@ -197,6 +283,14 @@ class Answer:
     n_neighbors: int
     bert_available: bool = True
     gate: GateDecision | None = None  # None: no gate, the question retrieved
+    # Per article searched, how many of its contexts the answer could see (a lazy index); {}: all of
+    # them (an eager index).
+    coverage: dict[str, Coverage] = field(default_factory=dict)
+
+    @property
+    def partial(self) -> bool:
+        """Whether the answer was computed over part of an article's contexts."""
+        return any(not c.complete for c in self.coverage.values())
 
 
 @dataclass(frozen=True)

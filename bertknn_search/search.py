@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -19,7 +19,18 @@ from bertknn_search.evidence import with_evidence
 from bertknn_search.gates import confidence, decide, log_popularity
 from bertknn_search.interpolate import interpolate, rank
 from bertknn_search.knn import knn_probs
-from bertknn_search.records import Answer, ArticleHit, GateDecision, Neighbors, Prediction, Question
+from bertknn_search.records import (
+    Answer,
+    ArticleHit,
+    Coverage,
+    EncodeHooks,
+    EncodePlan,
+    Focus,
+    GateDecision,
+    Neighbors,
+    Prediction,
+    Question,
+)
 from bertknn_search.retrieve import retrieve
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
@@ -38,6 +49,8 @@ class Scored:
         gate: the adaptive-retrieval decision; None when no gate is set (the question retrieved).
         seconds: time spent on this question's IR and kNN (its share of a batch's lazy encoding
             included); 0 when the gate skipped them.
+        coverage: per article searched on a lazy index, how many of its contexts were stored when it
+            was searched; {} on an eager index.
     """
 
     hits: list[ArticleHit] | None
@@ -47,6 +60,7 @@ class Scored:
     p: np.ndarray
     gate: GateDecision | None = None
     seconds: float = 0.0
+    coverage: dict[str, Coverage] = field(default_factory=dict)
 
     @property
     def retrieved(self) -> bool:
@@ -69,6 +83,9 @@ class Searcher:
         self.config = config
         self.backend = backend
         self.encoder = encoder
+        # What a front end lets a lazy index's encoding do: show progress (the CLI), answer others in
+        # between (the server).
+        self.hooks = EncodeHooks()
 
     @classmethod
     def open(cls, config: Config) -> Searcher:
@@ -139,9 +156,18 @@ class Searcher:
             start = time.perf_counter()
             found.append((self.retrieve(q, cfg.n_articles) if cfg.use_ir else None) if wanted else [])
             seconds[i] += time.perf_counter() - start
-        # One call for the whole batch, so a lazy index encodes every missing article in one pass.
+        # One call for the whole batch, so a lazy index encodes what the batch needs in one pass.
         start = time.perf_counter()
-        self.backend.ensure_contexts(sorted({h.id for hits in found for h in hits or []}))
+        searched = sorted({h.id for hits in found for h in hits or []})
+        plan = EncodePlan(
+            tuple(
+                Focus(q.text, q.subject, tuple(h.id for h in hits or [])) for q, hits in zip(questions, found)
+            ),
+            cfg.budget_for(self.encoder.placement.device.type),
+            self.hooks,
+        )
+        self.backend.ensure_contexts(searched, plan)
+        coverage = self.backend.coverage(searched)
         shared = (time.perf_counter() - start) / max(sum(go), 1)
         scored = []
         rows: Sequence[np.ndarray | None] = p_bert if p_bert is not None else [None] * len(states)
@@ -152,7 +178,8 @@ class Searcher:
             p_knn = knn_probs(nb.distances, nb.token_ids, self.encoder.vocab_size, cfg.temperature, squared)
             took = seconds[i] + time.perf_counter() - start + shared if go[i] else 0.0
             gate = None if gates is None else gates[i]
-            scored.append(Scored(hits, nb, pb, p_knn, interpolate(p_knn, pb, cfg.lam), gate, took))
+            seen = {h.id: coverage[h.id] for h in hits or [] if h.id in coverage}
+            scored.append(Scored(hits, nb, pb, p_knn, interpolate(p_knn, pb, cfg.lam), gate, took, seen))
         return scored
 
     def gate_signal(
@@ -208,6 +235,7 @@ class Searcher:
                 n_neighbors=len(s.neighbors),
                 bert_available=s.p_bert is not None,
                 gate=s.gate,
+                coverage=s.coverage,
             )
             cfg = self.config
             answers.append(

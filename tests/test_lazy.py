@@ -125,9 +125,9 @@ def test_a_batch_encodes_every_missing_article_in_one_pass(
     calls: list[int] = []
     real = contexts_module.encode_rows
 
-    def counting(rows, encoder, batch_size):  # type: ignore[no-untyped-def]
+    def counting(rows, encoder, batch_size, on_batch=None):  # type: ignore[no-untyped-def]
         calls.append(len(rows))
-        return real(rows, encoder, batch_size)
+        return real(rows, encoder, batch_size, on_batch)
 
     monkeypatch.setattr(contexts_module, "encode_rows", counting)
     searcher = Searcher.open(lazy_copy)
@@ -180,12 +180,12 @@ def test_contexts_of_a_text_replaced_while_encoding_are_not_stored(
         assert isinstance(backend, LazyDatastore)
         hit = searcher.retrieve(Question("x [MASK].", facts[0].person.title()))[0]
         todo = backend.store.unencoded([hit.id])
-        article = todo[0][0]
+        article = todo[0].article
         path = tmp_path / "new.jsonl"
         path.write_text(json.dumps({"id": hit.id, "title": article.title, "text": "Brand new text."}) + "\n")
         add_articles(path, lazy_copy, progress=False)
         assert backend.store.put_contexts(_encode(searcher, todo, lazy_copy)) == 0
-        assert [a.text for a, _ in backend.store.unencoded([hit.id])] == ["Brand new text."]
+        assert [p.article.text for p in backend.store.unencoded([hit.id])] == ["Brand new text."]
     finally:
         searcher.close()
 
@@ -234,7 +234,7 @@ def test_the_cache_budget_evicts_least_recently_used_contexts(
         backend = searcher.backend
         assert isinstance(backend, LazyDatastore)
         ids = [searcher.retrieve(q)[0].id for q in own]
-        missing = {a.id for a, _ in backend.store.unencoded(ids)}
+        missing = {p.article.id for p in backend.store.unencoded(ids)}
         assert ids[0] in missing and ids[-1] not in missing
         assert_same_answer(searcher.answer(own[0]), eager.answer(own[0]))  # encoded again on demand
     finally:
@@ -250,7 +250,8 @@ def test_two_processes_encoding_one_article_leave_one_copy(lazy_copy: Config, fa
         ids = [h.id for h in a.retrieve(q)]
         assert isinstance(a.backend, LazyDatastore) and isinstance(b.backend, LazyDatastore)
         todo_a, todo_b = a.backend.store.unencoded(ids), b.backend.store.unencoded(ids)
-        assert todo_a == todo_b and len(todo_a) == 1
+        assert [(p.article, p.fingerprint) for p in todo_a] == [(p.article, p.fingerprint) for p in todo_b]
+        assert len(todo_a) == 1
         assert a.backend.ensure_contexts(ids) > 0
         # b read the same state before a stored; storing its own encoding replaces, never adds.
         stored = b.backend.store.put_contexts(_encode(b, todo_b, lazy_copy))
@@ -269,11 +270,11 @@ def _encode(searcher: Searcher, todo: list, config: Config) -> list:
     from bertknn_search.ingest.contexts import build_blocks, encode_rows, make_rows
     from bertknn_search.ingest.sentences import split_sentences
 
-    articles = [a for a, _ in todo]
+    articles = [p.article for p in todo]
     sentences = [split_sentences(a.text) for a in articles]
     rows = make_rows(sentences, searcher.encoder, config.mask_policy, config.max_length)
     blocks = build_blocks(articles, sentences, rows, encode_rows(rows, searcher.encoder, 32), config)
-    return [replace(block, fingerprint=fp) for block, (_, fp) in zip(blocks, todo)]
+    return [replace(block, fingerprint=p.fingerprint) for block, p in zip(blocks, todo)]
 
 
 def test_warm_encodes_what_the_questions_need_and_nothing_else(lazy_copy: Config, facts: list[Fact]) -> None:

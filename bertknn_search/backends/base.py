@@ -9,7 +9,16 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from bertknn_search.errors import IndexMismatchError
-from bertknn_search.records import Article, ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+from bertknn_search.records import (
+    ArticleHit,
+    Coverage,
+    EncodedArticle,
+    EncodePlan,
+    IndexMeta,
+    IndexStats,
+    Neighbors,
+    PendingArticle,
+)
 
 
 @runtime_checkable
@@ -65,10 +74,22 @@ class Backend(Protocol):
         """
         ...
 
-    def ensure_contexts(self, article_ids: Sequence[str]) -> int:
+    def ensure_contexts(self, article_ids: Sequence[str], plan: EncodePlan | None = None) -> int:
         """Make the contexts of ``article_ids`` searchable; returns how many contexts were encoded now.
 
-        A store that holds every article's contexts returns 0; the lazy datastore encodes the missing.
+        A store that holds every article's contexts returns 0; the lazy datastore encodes the missing:
+        all of them, or with a ``plan`` with a budget, those most useful to the plan's questions first.
+        """
+        ...
+
+    def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
+        """How many of each article's contexts are stored, of how many; {} where all of them are."""
+        ...
+
+    def encode_more(self, max_contexts: int, plan: EncodePlan | None = None) -> int:
+        """Go on encoding partly encoded articles (idle time in a server); returns contexts encoded.
+
+        0 means nothing is left to do (always, on a store that holds every context).
         """
         ...
 
@@ -116,8 +137,21 @@ class ContextStore(Protocol):
     from, so a concurrent replace is never undone and two writers of one article leave one copy.
     """
 
-    def unencoded(self, article_ids: Sequence[str]) -> list[tuple[Article, str]]:
-        """The articles among ``article_ids`` without stored contexts, with their fingerprints."""
+    @property
+    def read_only(self) -> str:
+        """Why contexts cannot be stored here ("" when they can): a lazy index then encodes in memory."""
+        ...
+
+    def unencoded(self, article_ids: Sequence[str]) -> list[PendingArticle]:
+        """The articles among ``article_ids`` whose contexts are not all stored, with what is stored."""
+        ...
+
+    def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
+        """Stored of total contexts for each article with any stored; {} for an eager index."""
+        ...
+
+    def partial_articles(self, limit: int) -> list[str]:
+        """Up to ``limit`` articles whose contexts are partly stored, most recently used first."""
         ...
 
     def touch(self, article_ids: Sequence[str]) -> None:
@@ -126,6 +160,9 @@ class ContextStore(Protocol):
 
     def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
         """Store contexts of articles whose stored fingerprint is still ``item.fingerprint``.
+
+        A part (``item.rows``) adds the rows not stored yet; the part that stores the last row makes the
+        article whole, stored as an eager index stores it.
 
         Returns:
             How many of ``items`` were stored (the others were replaced meanwhile).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +83,10 @@ def exact_knn(query: np.ndarray, k: int, blocks: list[tuple[str, Block]]) -> Nei
     if not blocks:
         return Neighbors.empty()
     keys = np.concatenate([b["vectors"] for _, b in blocks]).astype(np.float32, copy=False)
-    owner = np.concatenate([np.full(len(b["token_ids"]), i) for i, (_, b) in enumerate(blocks)])
+    # An article may come as several blocks (the parts of a lazy index): ties go by article, not block.
+    rank = {aid: i for i, aid in enumerate(sorted({aid for aid, _ in blocks}))}
+    owner = np.concatenate([np.full(len(b["token_ids"]), rank[aid]) for aid, b in blocks])
+    names = sorted(rank, key=rank.__getitem__)
     cols = {
         name: np.concatenate([b[name] for _, b in blocks])
         for name in ("token_ids", "sentence_ids", "starts", "ends")
@@ -98,9 +102,34 @@ def exact_knn(query: np.ndarray, k: int, blocks: list[tuple[str, Block]]) -> Nei
     return Neighbors(
         distances=dist[order].astype(np.float32),
         token_ids=cols["token_ids"][order].astype(np.int64),
-        article_ids=[blocks[i][0] for i in owner[order]],
+        article_ids=[names[i] for i in owner[order]],
         sentence_ids=cols["sentence_ids"][order],
         starts=cols["starts"][order],
         ends=cols["ends"][order],
         vectors=keys[order],
+    )
+
+
+def merge_neighbors(found: Sequence[Neighbors], k: int) -> Neighbors:
+    """The k nearest of several searches over disjoint articles, ordered as one ``exact_knn`` orders."""
+    found = [n for n in found if len(n)]
+    if len(found) <= 1:
+        return found[0] if found else Neighbors.empty()
+    ids = [aid for n in found for aid in n.article_ids]
+    rank = {aid: i for i, aid in enumerate(sorted(set(ids)))}
+    cols = {
+        name: np.concatenate([getattr(n, name) for n in found])
+        for name in ("distances", "token_ids", "sentence_ids", "starts", "ends")
+    }
+    owner = np.array([rank[a] for a in ids])
+    order = np.lexsort((cols["starts"], cols["sentence_ids"], owner, cols["distances"]))[:k]
+    vectors = None if any(n.vectors is None for n in found) else np.concatenate([n.vectors for n in found])
+    return Neighbors(
+        distances=cols["distances"][order],
+        token_ids=cols["token_ids"][order],
+        article_ids=[ids[i] for i in order],
+        sentence_ids=cols["sentence_ids"][order],
+        starts=cols["starts"][order],
+        ends=cols["ends"][order],
+        vectors=None if vectors is None else vectors[order],
     )

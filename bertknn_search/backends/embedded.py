@@ -35,10 +35,13 @@ from bertknn_search.records import (
     Article,
     ArticleHit,
     ContextBlock,
+    Coverage,
     EncodedArticle,
+    EncodePlan,
     IndexMeta,
     IndexStats,
     Neighbors,
+    PendingArticle,
 )
 from bertknn_search.terms import query_terms
 
@@ -48,9 +51,34 @@ POPULARITY_TABLE = (
     "CREATE TABLE IF NOT EXISTS popularity"
     " (article INTEGER PRIMARY KEY REFERENCES articles(rowid), value REAL NOT NULL)"
 )
+# A lazy index stores a long article's contexts in parts, in the order questions needed them, with
+# which rows are stored; the part tables join an index made before them on its first writable open.
+PART_TABLES = """
+CREATE TABLE IF NOT EXISTS context_parts (
+    article INTEGER NOT NULL REFERENCES articles(rowid),
+    part INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    vectors BLOB NOT NULL,
+    token_ids BLOB NOT NULL,
+    sentence_ids BLOB NOT NULL,
+    starts BLOB NOT NULL,
+    ends BLOB NOT NULL,
+    PRIMARY KEY (article, part)
+);
+CREATE TABLE IF NOT EXISTS coverage (
+    article INTEGER PRIMARY KEY REFERENCES articles(rowid),
+    total INTEGER NOT NULL,
+    encoded INTEGER NOT NULL,
+    done BLOB NOT NULL,
+    sentences TEXT NOT NULL,
+    used REAL NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0
+);
+"""
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS articles (
     rowid INTEGER PRIMARY KEY,
@@ -86,6 +114,8 @@ CREATE TABLE IF NOT EXISTS texts (
     text TEXT NOT NULL
 );
 """
+    + PART_TABLES
+)
 
 
 class EmbeddedBackend:
@@ -107,9 +137,13 @@ class EmbeddedBackend:
             # Indexes built before article popularity existed gain its table (schema stays 4: optional).
             with self._lock, conn:
                 conn.execute(POPULARITY_TABLE)
+                for statement in PART_TABLES.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
             ir.recover(self._ir_versions)
-        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'popularity'"
-        self._popularity = conn.execute(found).fetchone() is not None
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self._popularity = "popularity" in tables
+        self._parts = "coverage" in tables  # absent from an older index opened read-only
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -259,7 +293,7 @@ class EmbeddedBackend:
                 row = cur.execute("SELECT rowid FROM articles WHERE id = ?", (aid,)).fetchone()
                 if row is None:
                     continue
-                for table in ("contexts", "texts", "popularity"):
+                for table in ("contexts", "context_parts", "coverage", "texts", "popularity"):
                     cur.execute(f"DELETE FROM {table} WHERE article = ?", row)
                 cur.execute("DELETE FROM articles WHERE rowid = ?", row)
                 batch.remove(aid)
@@ -290,9 +324,12 @@ class EmbeddedBackend:
             cur.execute("INSERT INTO popularity VALUES (?, ?)", (rowid, art.popularity))
         if block is None:
             # Text only (a lazy index): contexts cached for an older text are stale from now on.
-            cur.execute("DELETE FROM contexts WHERE article = ?", (rowid,))
+            for table in ("contexts", "context_parts", "coverage"):
+                cur.execute(f"DELETE FROM {table} WHERE article = ?", (rowid,))
             cur.execute("INSERT OR REPLACE INTO texts VALUES (?, ?)", (rowid, art.text))
         else:
+            for table in ("context_parts", "coverage"):
+                cur.execute(f"DELETE FROM {table} WHERE article = ?", (rowid,))
             self._put_block(cur, rowid, block)
         return replaced
 
@@ -303,39 +340,92 @@ class EmbeddedBackend:
                 f" the index dimension is {self._meta.dim}"
             )
 
-    def _put_block(self, cur: sqlite3.Cursor, rowid: int, block: ContextBlock) -> None:
-        columns = (
-            json.dumps(block.sentences, ensure_ascii=False),
+    def _columns(self, block: ContextBlock) -> tuple[bytes, ...]:
+        """A block's arrays as stored: vectors, token ids, sentence ids, starts, ends."""
+        return (
             codec.encode(block.vectors, self._meta.store_dtype),
             block.token_ids.astype(np.int32).tobytes(),
             block.sentence_ids.astype(np.int32).tobytes(),
             block.starts.astype(np.int32).tobytes(),
             block.ends.astype(np.int32).tobytes(),
         )
-        size = sum(len(c) for c in columns[1:]) + len(columns[0].encode("utf-8"))
+
+    def _put_block(self, cur: sqlite3.Cursor, rowid: int, block: ContextBlock) -> None:
+        sentences = json.dumps(block.sentences, ensure_ascii=False)
+        columns = self._columns(block)
+        size = sum(len(c) for c in columns) + len(sentences.encode("utf-8"))
         cur.execute(
             "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (rowid, *columns, time.time(), size),
+            (rowid, sentences, *columns, time.time(), size),
         )
 
     # -- the lazy datastore's side (ContextStore) ---------------------------------------------------
-    def ensure_contexts(self, article_ids: Sequence[str]) -> int:
+    def ensure_contexts(self, article_ids: Sequence[str], plan: EncodePlan | None = None) -> int:
         """Nothing to do here: a lazy index is searched through ``LazyDatastore``, which encodes."""
         return 0
 
-    def unencoded(self, article_ids: Sequence[str]) -> list[tuple[Article, str]]:
+    def encode_more(self, max_contexts: int, plan: EncodePlan | None = None) -> int:
+        return 0
+
+    @property
+    def read_only(self) -> str:
+        return self._read_only
+
+    def unencoded(self, article_ids: Sequence[str]) -> list[PendingArticle]:
         ids = sorted(set(article_ids))
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
+        part = "v.total, v.done, v.sentences" if self._parts else "NULL, NULL, NULL"
+        join = "LEFT JOIN coverage v ON v.article = a.rowid" if self._parts else ""
         with self._read() as cur:
             rows = cur.execute(
-                f"SELECT a.id, a.title, t.text, a.fingerprint FROM articles a JOIN texts t"
-                f" ON t.article = a.rowid WHERE a.id IN ({marks})"
+                f"SELECT a.id, a.title, t.text, a.fingerprint, {part} FROM articles a JOIN texts t"
+                f" ON t.article = a.rowid {join} WHERE a.id IN ({marks})"
                 " AND NOT EXISTS (SELECT 1 FROM contexts c WHERE c.article = a.rowid) ORDER BY a.id",
                 ids,
             ).fetchall()
-        return [(Article(aid, title, text), fp) for aid, title, text, fp in rows]
+        out = []
+        for aid, title, text, fp, total, done, sentences in rows:
+            rows_done = np.zeros(0, np.int64) if total is None else _unpack_rows(done, total)
+            listed = None if sentences is None else self._sentence_list(aid, sentences)
+            out.append(PendingArticle(Article(aid, title, text), fp, rows_done, listed))
+        return out
+
+    def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
+        """How many contexts of each of ``article_ids`` are stored, of how many; {} for eager indexes.
+
+        An article never encoded has no entry: how many contexts it has is not known before it is split.
+        """
+        ids = sorted(set(article_ids))
+        if not ids or self._meta.contexts != "lazy":
+            return {}
+        marks = ",".join("?" * len(ids))
+        partial = (
+            "UNION ALL SELECT a.id, v.encoded, v.total FROM coverage v JOIN articles a ON a.rowid = v.article"
+            f" WHERE a.id IN ({marks})"
+            if self._parts
+            else ""
+        )
+        with self._read() as cur:
+            rows = cur.execute(
+                "SELECT a.id, a.n_contexts, a.n_contexts FROM contexts c JOIN articles a"
+                f" ON a.rowid = c.article WHERE a.id IN ({marks}) {partial}",
+                ids * (2 if partial else 1),
+            ).fetchall()
+        return {aid: Coverage(encoded, total) for aid, encoded, total in rows}
+
+    def partial_articles(self, limit: int) -> list[str]:
+        """Up to ``limit`` articles whose contexts are partly stored, most recently used first."""
+        if not self._parts:
+            return []
+        with self._read() as cur:
+            rows = cur.execute(
+                "SELECT a.id FROM coverage v JOIN articles a ON a.rowid = v.article"
+                " ORDER BY v.used DESC, a.id LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [aid for (aid,) in rows]
 
     def touch(self, article_ids: Sequence[str]) -> None:
         """Mark cached contexts as just used; best effort, never waiting long for a busy writer.
@@ -348,17 +438,19 @@ class EmbeddedBackend:
         with self._lock:
             try:
                 self._conn.execute("PRAGMA busy_timeout = 20")
-                self._conn.execute(
-                    f"UPDATE contexts SET used = ? WHERE article IN"
-                    f" (SELECT rowid FROM articles WHERE id IN ({marks}))",
-                    (time.time(), *ids),
-                )
+                for table in ("contexts", "coverage") if self._parts else ("contexts",):
+                    self._conn.execute(
+                        f"UPDATE {table} SET used = ? WHERE article IN"
+                        f" (SELECT rowid FROM articles WHERE id IN ({marks}))",
+                        (time.time(), *ids),
+                    )
             except sqlite3.OperationalError:
                 pass
             finally:
                 self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
     def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
+        self._check_writable()
         stored = 0
         with self._lock, self._write(len(items)) as cur:
             for item in items:
@@ -371,23 +463,103 @@ class EmbeddedBackend:
                 ).fetchone()
                 if found is None:  # replaced (or removed) since its text was read: that text is gone
                     continue
-                self._put_block(cur, found[0], item.contexts)
-                cur.execute(
-                    "UPDATE articles SET n_sentences = ?, n_contexts = ? WHERE rowid = ?",
-                    (len(item.contexts.sentences), len(item.contexts), found[0]),
-                )
-                stored += 1
+                if item.rows is None:
+                    self._put_whole(cur, found[0], item.contexts)
+                    stored += 1
+                elif self._put_part(cur, found[0], item):
+                    stored += 1
         return stored
+
+    def _put_whole(self, cur: sqlite3.Cursor, rowid: int, block: ContextBlock) -> None:
+        """An article's every context: one row of ``contexts``; any parts it had are superseded."""
+        for table in ("context_parts", "coverage"):
+            cur.execute(f"DELETE FROM {table} WHERE article = ?", (rowid,))
+        self._put_block(cur, rowid, block)
+        cur.execute(
+            "UPDATE articles SET n_sentences = ?, n_contexts = ? WHERE rowid = ?",
+            (len(block.sentences), len(block), rowid),
+        )
+
+    def _put_part(self, cur: sqlite3.Cursor, rowid: int, item: EncodedArticle) -> bool:
+        """Store the rows of a part that are not stored yet; the last part makes the article whole.
+
+        Rows another writer stored meanwhile are left out, so two processes encoding one article keep
+        one copy of each context. Returns whether anything new was stored.
+        """
+        block, rows, total = item.contexts, item.rows, item.total
+        assert block is not None and rows is not None and total is not None
+        if cur.execute("SELECT 1 FROM contexts WHERE article = ?", (rowid,)).fetchone():
+            return False  # whole already
+        held = cur.execute("SELECT done, bytes FROM coverage WHERE article = ?", (rowid,)).fetchone()
+        done = np.zeros(total, bool) if held is None else _unpack_mask(held[0], total)
+        new = ~done[rows]
+        if not new.any():
+            return False
+        part = _select(block, np.flatnonzero(new))
+        rows = rows[new]
+        done[rows] = True
+        columns = self._columns(part)
+        size = sum(len(c) for c in columns) + rows.size * 4 + (held[1] if held else 0)
+        if held is None:
+            size += len(json.dumps(block.sentences, ensure_ascii=False).encode("utf-8"))
+        number = cur.execute(
+            "SELECT COALESCE(MAX(part), -1) + 1 FROM context_parts WHERE article = ?", (rowid,)
+        ).fetchone()[0]
+        cur.execute(
+            "INSERT INTO context_parts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (rowid, number, rows.astype(np.int32).tobytes(), *columns),
+        )
+        cur.execute(
+            "INSERT INTO coverage (article, total, encoded, done, sentences, used, bytes)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(article) DO UPDATE SET encoded = excluded.encoded,"
+            " done = excluded.done, used = excluded.used, bytes = excluded.bytes",
+            (
+                rowid,
+                total,
+                int(done.sum()),
+                np.packbits(done).tobytes(),
+                json.dumps(block.sentences, ensure_ascii=False),
+                time.time(),
+                size,
+            ),
+        )
+        if done.all():  # the whole article: one row, in row order, as an eager index stores it
+            whole = self._whole_from_parts(cur, item.article.id, rowid, block.sentences)
+            self._put_whole(cur, rowid, whole)
+        return True
+
+    def _whole_from_parts(
+        self, cur: sqlite3.Cursor, article_id: str, rowid: int, sentences: list[str]
+    ) -> ContextBlock:
+        parts = cur.execute(
+            "SELECT rows, vectors, token_ids, sentence_ids, starts, ends FROM context_parts"
+            " WHERE article = ? ORDER BY part",
+            (rowid,),
+        ).fetchall()
+        rows = np.concatenate([np.frombuffer(p[0], np.int32) for p in parts])
+        blocks = [self._block(article_id, *p[1:]) for p in parts]
+        order = np.argsort(rows, kind="stable")
+        merged = {name: np.concatenate([b[name] for b in blocks])[order] for name in blocks[0]}
+        return ContextBlock(
+            sentences=list(sentences),
+            vectors=merged["vectors"].astype(np.float16),
+            token_ids=merged["token_ids"],
+            sentence_ids=merged["sentence_ids"],
+            starts=merged["starts"],
+            ends=merged["ends"],
+        )
 
     def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
         with self._lock, self._write(0) as cur:
-            total = cur.execute("SELECT COALESCE(SUM(bytes), 0) FROM contexts").fetchone()[0]
+            held = "SELECT article, bytes, used FROM contexts UNION ALL"
+            held += " SELECT article, bytes, used FROM coverage"
+            total = cur.execute(f"SELECT COALESCE(SUM(bytes), 0) FROM ({held})").fetchone()[0]
             if total <= budget:
                 return 0
             kept = set(keep)
             # Only articles that still have their text can be encoded again; an eager article cannot.
             oldest = cur.execute(
-                "SELECT c.article, c.bytes, a.id FROM contexts c JOIN articles a ON a.rowid = c.article"
+                f"SELECT c.article, c.bytes, a.id FROM ({held}) c JOIN articles a ON a.rowid = c.article"
                 " WHERE EXISTS (SELECT 1 FROM texts t WHERE t.article = c.article) ORDER BY c.used, a.id"
             )
             dropped = []
@@ -400,7 +572,8 @@ class EmbeddedBackend:
             for lo in range(0, len(dropped), 500):
                 chunk = dropped[lo : lo + 500]
                 marks = ",".join("?" * len(chunk))
-                cur.execute(f"DELETE FROM contexts WHERE article IN ({marks})", chunk)
+                for table in ("contexts", "context_parts", "coverage"):
+                    cur.execute(f"DELETE FROM {table} WHERE article IN ({marks})", chunk)
                 cur.execute(
                     f"UPDATE articles SET n_sentences = 0, n_contexts = 0 WHERE rowid IN ({marks})", chunk
                 )
@@ -497,17 +670,22 @@ class EmbeddedBackend:
         return exact_knn(query, k, blocks)
 
     def _load_blocks(self, article_ids: Sequence[str] | None) -> list[tuple[str, Block]]:
-        """Context arrays per article, sorted by article id (None: every article)."""
-        sql = (
-            "SELECT a.id, c.vectors, c.token_ids, c.sentence_ids, c.starts, c.ends FROM contexts c"
-            " JOIN articles a ON a.rowid = c.article"
-        )
-        args: list[str] = []
+        """Context arrays per article, sorted by article id (None: every article).
+
+        A partly encoded article gives one block per stored part: exact kNN breaks ties by article,
+        sentence and position, so how an article's contexts are split does not change an answer.
+        """
+        columns = "a.id, c.vectors, c.token_ids, c.sentence_ids, c.starts, c.ends"
+        where, args = "", []
         if article_ids is not None:
-            sql += f" WHERE a.id IN ({','.join('?' * len(article_ids))})"
+            where = f" WHERE a.id IN ({','.join('?' * len(article_ids))})"
             args = list(article_ids)
+        sql = f"SELECT {columns} FROM contexts c JOIN articles a ON a.rowid = c.article{where}"
+        if self._parts:
+            parts = f"SELECT {columns} FROM context_parts c JOIN articles a ON a.rowid = c.article{where}"
+            sql, args = f"{sql} UNION ALL {parts}", args * 2
         with self._read() as cur:
-            rows = cur.execute(sql + " ORDER BY a.id", args).fetchall()
+            rows = cur.execute(f"SELECT * FROM ({sql}) ORDER BY 1", args).fetchall()
         return [(row[0], self._block(*row)) for row in rows]
 
     def _block(self, article_id: str, vectors: bytes, *columns: bytes) -> Block:
@@ -546,13 +724,18 @@ class EmbeddedBackend:
 
     def sentences(self, refs: Sequence[tuple[str, int]]) -> list[str]:
         wanted = sorted({aid for aid, _ in refs})
+        marks = ",".join("?" * len(wanted))
+        sql = (
+            "SELECT a.id, c.sentences FROM contexts c JOIN articles a ON a.rowid = c.article"
+            f" WHERE a.id IN ({marks})"
+        )
+        if self._parts:
+            sql += (
+                " UNION ALL SELECT a.id, v.sentences FROM coverage v JOIN articles a ON a.rowid = v.article"
+                f" WHERE a.id IN ({marks})"
+            )
         with self._read() as cur:
-            marks = ",".join("?" * len(wanted))
-            rows = cur.execute(
-                f"SELECT a.id, c.sentences FROM contexts c JOIN articles a ON a.rowid = c.article"
-                f" WHERE a.id IN ({marks})",
-                wanted,
-            ).fetchall()
+            rows = cur.execute(sql, wanted * (2 if self._parts else 1)).fetchall()
         texts = {aid: self._sentence_list(aid, s) for aid, s in rows}
         return [texts[aid][i] if aid in texts and i < len(texts[aid]) else "" for aid, i in refs]
 
@@ -581,6 +764,13 @@ class EmbeddedBackend:
                 "SELECT COUNT(*), COALESCE(SUM(n_sentences), 0), COALESCE(SUM(n_contexts), 0) FROM articles"
             ).fetchone()
             encoded, held = cur.execute("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM contexts").fetchone()
+            partial, partial_contexts, partial_bytes = (
+                cur.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(encoded), 0), COALESCE(SUM(bytes), 0) FROM coverage"
+                ).fetchone()
+                if self._parts
+                else (0, 0, 0)
+            )
             chars, encoded_chars = cur.execute(
                 "SELECT COALESCE(SUM(n_chars), 0), COALESCE(SUM(n_chars * (n_contexts > 0)), 0) FROM articles"
             ).fetchone()
@@ -592,12 +782,14 @@ class EmbeddedBackend:
             location=str(self.path),
             articles=articles,
             sentences=sentences,
-            contexts=contexts,
+            contexts=contexts + partial_contexts,
             bytes_on_disk=size,
             meta=self._meta,
             encoded_articles=encoded,
-            context_bytes=held,
-            estimated_contexts=estimate,
+            context_bytes=held + partial_bytes,
+            estimated_contexts=max(estimate, contexts + partial_contexts),
+            partial_articles=partial,
+            partial_contexts=partial_contexts,
         )
 
     def close(self) -> None:
@@ -644,6 +836,25 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
             f"index at {path} cannot be read (its metadata lacks or garbles {exc}): it is damaged;"
             " restore it from a backup or rebuild it with ingest"
         ) from exc
+
+
+def _unpack_mask(done: bytes, total: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(done, np.uint8), count=total).astype(bool)
+
+
+def _unpack_rows(done: bytes, total: int) -> np.ndarray:
+    return np.flatnonzero(_unpack_mask(done, total))
+
+
+def _select(block: ContextBlock, keep: np.ndarray) -> ContextBlock:
+    return ContextBlock(
+        sentences=block.sentences,
+        vectors=block.vectors[keep],
+        token_ids=block.token_ids[keep],
+        sentence_ids=block.sentence_ids[keep],
+        starts=block.starts[keep],
+        ends=block.ends[keep],
+    )
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

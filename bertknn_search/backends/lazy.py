@@ -4,33 +4,77 @@ A query only ever searches the top-N articles, so encoding an article when it is
 exactly the answers an eager index of the same corpus gives, while ingest becomes a text-and-IR pass and
 the store holds only what has been asked about. The stored contexts are those ingest would have written:
 the same splitter, rows, encoder and fingerprint.
+
+On a CPU a long article is minutes of encoding. With a budget, a question has the contexts most useful
+to it encoded first (``encode_order``), up to the budget, and answers over those; each part is stored,
+so the next question, a server's idle time or ``warm`` goes on where it stopped, and an article encoded
+to its end is stored, and answers, exactly as an eager index's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from bertknn_search.backends.base import Backend, ContextStore
+from bertknn_search.backends.encode_order import order_rows
+from bertknn_search.backends.memory_parts import MemoryParts
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder, check_precision
 from bertknn_search.errors import LazyIndexError
-from bertknn_search.records import ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+from bertknn_search.records import (
+    ArticleHit,
+    Coverage,
+    EncodedArticle,
+    EncodeHooks,
+    EncodePlan,
+    EncodeProgress,
+    IndexMeta,
+    IndexStats,
+    Neighbors,
+    PendingArticle,
+)
 
 TOUCH_EVERY_S = 60.0
+# With a front end waiting to slip questions in between (a server), an encoder step lasts about this
+# long, so a question that arrives during a cold encode waits at most about this much for the model.
+STEP_S = 0.1
+# Encoded rows are stored at least this often (and when a call ends or is stopped): each store is one
+# transaction, so a kill loses at most this much work and never leaves a part half-written.
+FLUSH_S = 5.0
+ROWS_CACHED = 16  # articles whose split sentences and rows are kept between calls (long ones revisited)
 
 
 class Store(Backend, ContextStore, Protocol):
     """A backend that can also hand out texts and take contexts: what the lazy datastore wraps."""
 
 
+@dataclass
+class _Work:
+    """One article being encoded: its rows, which are stored, and what this call encodes of it."""
+
+    pending: PendingArticle
+    sentences: list[str]
+    rows: list  # list[MaskedRow], every row of the article in make_rows order
+    todo: np.ndarray  # row numbers not stored yet
+
+    @property
+    def id(self) -> str:
+        return self.pending.article.id
+
+
 class LazyDatastore:
     """Wraps a store: ``ensure_contexts`` and ``knn`` encode what is missing, everything else delegates.
+
+    On a store that cannot be written (a read-only volume) contexts are encoded into memory for this
+    process and never stored.
 
     Attributes:
         encoded_contexts: contexts this object has encoded since it was opened (for reports).
@@ -38,11 +82,14 @@ class LazyDatastore:
 
     def __init__(self, store: Store, encoder: Encoder, config: Config) -> None:
         self.store = store
+        self.parts: Store = MemoryParts(store) if store.read_only else store
         self.encoder = encoder
         self.config = config
         self.encoded_contexts = 0
         self.encoded_articles = 0
         self._touched: dict[str, float] = {}  # article id -> when this process last recorded a use
+        self._rows: OrderedDict[tuple[str, str], tuple[list[str], list]] = OrderedDict()
+        self._rate = 0.0  # rows per second of the last encoder step: sizes the next step
 
     @property
     def name(self) -> str:
@@ -55,37 +102,180 @@ class LazyDatastore:
     def meta(self) -> IndexMeta:
         return self.store.meta()
 
-    def ensure_contexts(self, article_ids: Sequence[str]) -> int:
-        """Encode and store the contexts of those of ``article_ids`` that have none, in one batched pass.
+    # -- encoding -----------------------------------------------------------------------------------
+    def ensure_contexts(self, article_ids: Sequence[str], plan: EncodePlan | None = None) -> int:
+        """Encode and store contexts of ``article_ids`` that are not stored, in one batched pass.
+
+        Without a plan, or with no budget, every missing context; with a budget, for each question of
+        the plan at most that many of its articles' missing contexts, those most like it first.
 
         Returns:
-            How many contexts were encoded now (0 when all were stored).
+            How many contexts were encoded now (0 when all that is wanted was stored).
         """
-        from bertknn_search.ingest.contexts import build_blocks, encode_rows, make_rows
+        ids = sorted(set(article_ids))
+        plan = plan or EncodePlan()
+        work = self._work(self.parts.unencoded(ids))
+        self._store_empty([w for w in work if not w.rows])
+        encoded = self._encode(work, self._choose(work, plan), plan) if work else 0
+        self._touch(ids)
+        if self.config.cache_size is not None and not self.store.read_only:
+            self.store.evict_contexts(self.config.cache_size, ids)
+        return encoded
+
+    def encode_more(self, max_contexts: int, plan: EncodePlan | None = None) -> int:
+        """Encode up to ``max_contexts`` more of the most recently used partly encoded article(s).
+
+        Returns:
+            Contexts encoded; 0 when no article is partly encoded.
+        """
+        work = self._work(self.parts.unencoded(self.parts.partial_articles(4)))
+        chosen: dict[str, np.ndarray] = {}
+        left = max_contexts
+        for w in work:
+            if left <= 0:
+                break
+            chosen[w.id] = w.todo[:left]  # the article's own order: the lead section first
+            left -= len(chosen[w.id])
+        return self._encode(work, chosen, plan or EncodePlan()) if chosen else 0
+
+    def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
+        return self.parts.coverage(article_ids)
+
+    def _work(self, pending: Sequence[PendingArticle]) -> list[_Work]:
+        from bertknn_search.ingest.contexts import make_rows
         from bertknn_search.ingest.sentences import check_splitter, split_sentences
 
-        ids = sorted(set(article_ids))
-        todo = self.store.unencoded(ids)
-        if todo:
-            meta = self.store.meta()
-            check_precision(meta.precision, self.encoder.precision, self.location)
-            check_splitter(meta.splitter, self.location)
-            articles = [article for article, _ in todo]
-            sentences = [split_sentences(a.text) for a in articles]
-            rows = make_rows(sentences, self.encoder, meta.mask_policy, meta.max_length)
-            batch = self.config.batch_for(self.encoder.placement.device.type)
-            vectors = encode_rows(rows, self.encoder, batch)
-            blocks = build_blocks(articles, sentences, rows, vectors, self.config)
+        if not pending:
+            return []
+        meta = self.store.meta()
+        check_precision(meta.precision, self.encoder.precision, self.location)
+        check_splitter(meta.splitter, self.location)
+        out = []
+        for p in pending:
+            key = (p.article.id, p.fingerprint)
+            cached = self._rows.get(key)
+            if cached is None:
+                sentences = p.sentences if p.sentences is not None else split_sentences(p.article.text)
+                cached = sentences, make_rows([sentences], self.encoder, meta.mask_policy, meta.max_length)
+                self._rows[key] = cached
+                while len(self._rows) > ROWS_CACHED:
+                    self._rows.popitem(last=False)
+            self._rows.move_to_end(key)
+            sentences, rows = cached
+            todo = np.setdiff1d(np.arange(len(rows)), p.done)
+            out.append(_Work(p, sentences, rows, todo))
+        return out
+
+    def _choose(self, work: Sequence[_Work], plan: EncodePlan) -> dict[str, np.ndarray]:
+        """Row numbers to encode now per article, best first: everything, or each question's budget."""
+        if plan.budget is None:
+            return {w.id: w.todo for w in work}
+        by_id = {w.id: w for w in work}
+        chosen: dict[str, list[np.ndarray]] = {}
+        asked = set()
+        for focus in plan.focus:
+            mine = [by_id[a] for a in focus.article_ids if a in by_id]
+            asked.update(w.id for w in mine)
+            ranked = [
+                (w.id, order_rows(focus.question, focus.subject, w.sentences, _spans(w), w.todo))
+                for w in mine
+            ]
+            for aid, rows in _best(ranked, plan.budget).items():
+                chosen.setdefault(aid, []).append(rows)
+        out = {aid: np.unique(np.concatenate(parts)) for aid, parts in chosen.items()}
+        # Articles no question of the plan searches (a caller that just wants them whole) get everything.
+        out.update({w.id: w.todo for w in work if w.id not in asked})
+        return {aid: rows for aid, rows in out.items() if rows.size}
+
+    def _encode(self, work: Sequence[_Work], chosen: Mapping[str, np.ndarray], plan: EncodePlan) -> int:
+        """Encode the chosen rows in steps, storing them as parts; what is encoded is stored on any exit."""
+        from bertknn_search.ingest.contexts import encode_rows
+
+        by_id = {w.id: w for w in work}
+        queue = [(aid, int(r)) for aid, rows in chosen.items() for r in rows]
+        if not queue:
+            return 0
+        hooks = plan.hooks
+        batch = self.config.batch_for(self.encoder.placement.device.type)
+        titles = tuple(by_id[aid].pending.article.title for aid in chosen)
+        started = flushed = time.monotonic()
+        done: dict[str, list[tuple[int, np.ndarray]]] = {}
+        encoded = 0
+        try:
+            while encoded < len(queue):
+                # Without a front end to let in between, one step is the whole selection (best batching).
+                size = len(queue) if hooks.between is None else self._step_rows(batch)
+                # In the article's order within a step, so that encoding an article whole batches its
+                # rows as ingest does (what is encoded first is decided by which rows a step holds).
+                step = sorted(queue[encoded : encoded + size])
+                began = time.monotonic()
+                vectors = encode_rows(
+                    [by_id[a].rows[r] for a, r in step],
+                    self.encoder,
+                    batch,
+                    _told(hooks, encoded, len(queue), titles, started),
+                )
+                took = time.monotonic() - began
+                self._rate = len(step) / took if took > 0 else 0.0
+                for (aid, row), vector in zip(step, vectors):
+                    done.setdefault(aid, []).append((row, vector))
+                encoded += len(step)
+                if time.monotonic() - flushed >= FLUSH_S and encoded < len(queue):
+                    self._store(by_id, done)
+                    done, flushed = {}, time.monotonic()
+                if hooks.between is not None and encoded < len(queue):
+                    hooks.between()
+        finally:
+            self._store(by_id, done)
+        return encoded
+
+    def _step_rows(self, batch: int) -> int:
+        if self._rate <= 0:
+            return 1
+        return int(min(max(self._rate * STEP_S, 1), batch))
+
+    def _store(self, by_id: Mapping[str, _Work], done: Mapping[str, list[tuple[int, np.ndarray]]]) -> None:
+        """Write what was encoded: one transaction, each article as a part, or whole if all of it."""
+        from bertknn_search.ingest.contexts import build_blocks
+
+        items = []
+        for aid, encoded in done.items():
+            w = by_id[aid]
+            encoded.sort(key=lambda rv: rv[0])
+            rows = np.array([r for r, _ in encoded], dtype=np.int64)
+            vectors = np.stack([v for _, v in encoded])
+            (block,) = build_blocks(
+                [w.pending.article], [w.sentences], [w.rows[r] for r in rows], vectors, self.config
+            )
+            whole = w.pending.done.size == 0 and rows.size == len(w.rows)
             # The stored fingerprint, not one recomputed here: put_contexts stores an article only while
             # it still holds the text that was encoded, which is what this fingerprint names.
-            items = [dataclasses.replace(b, fingerprint=fp) for b, (_, fp) in zip(blocks, todo)]
-            self.store.put_contexts(items)
-            self.encoded_contexts += len(rows)
-            self.encoded_articles += len(items)
-        self._touch(ids)
-        if self.config.cache_size is not None:
-            self.store.evict_contexts(self.config.cache_size, ids)
-        return len(rows) if todo else 0
+            items.append(
+                dataclasses.replace(
+                    block,
+                    fingerprint=w.pending.fingerprint,
+                    rows=None if whole else rows,
+                    total=None if whole else len(w.rows),
+                )
+            )
+            w.pending = dataclasses.replace(w.pending, done=np.union1d(w.pending.done, rows))
+        if items:
+            self.parts.put_contexts(items)
+            self.encoded_contexts += sum(len(i.contexts or ()) for i in items)
+            self.encoded_articles += sum(i.rows is None for i in items)
+
+    def _store_empty(self, work: Sequence[_Work]) -> None:
+        """Articles without a single context are stored whole at once: nothing to encode, ever."""
+        from bertknn_search.ingest.contexts import build_blocks
+
+        if work:
+            vectors = np.zeros((0, self.encoder.dim), np.float16)
+            blocks = build_blocks(
+                [w.pending.article for w in work], [w.sentences for w in work], [], vectors, self.config
+            )
+            self.parts.put_contexts(
+                [dataclasses.replace(b, fingerprint=w.pending.fingerprint) for b, w in zip(blocks, work)]
+            )
 
     def _touch(self, ids: Sequence[str]) -> None:
         # Usage needs only minute resolution to order evictions, and a write per question would cost
@@ -93,7 +283,7 @@ class LazyDatastore:
         now = time.monotonic()
         due = [i for i in ids if now - self._touched.get(i, -TOUCH_EVERY_S) >= TOUCH_EVERY_S]
         if due:
-            self.store.touch(due)
+            self.parts.touch(due)
             self._touched.update(dict.fromkeys(due, now))
 
     def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
@@ -107,8 +297,17 @@ class LazyDatastore:
                 f"index at {self.location} encodes contexts on demand, so it cannot search every context"
                 " (--no-ir); build an eager index for that ablation: ingest wiki --contexts eager"
             )
-        self.ensure_contexts(article_ids)
-        return self.store.knn(vector, k, article_ids)
+        # A partly encoded article is searched as it is (a budget chose its parts); one never encoded
+        # is encoded whole first, for callers that search without asking ``ensure_contexts`` first.
+        seen = self.parts.coverage(article_ids)
+        self.ensure_contexts([a for a in article_ids if a not in seen])
+        return self.parts.knn(vector, k, article_ids)
+
+    def sentences(self, refs: Sequence[tuple[str, int]]) -> list[str]:
+        return self.parts.sentences(refs)
+
+    def stats(self) -> IndexStats:
+        return self.parts.stats()
 
     # -- the rest is the store's ------------------------------------------------------------------
     def add_articles(
@@ -133,14 +332,43 @@ class LazyDatastore:
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         return self.store.search_articles(query, n)
 
-    def sentences(self, refs: Sequence[tuple[str, int]]) -> list[str]:
-        return self.store.sentences(refs)
-
     def titles(self, article_ids: Sequence[str]) -> dict[str, str]:
         return self.store.titles(article_ids)
 
-    def stats(self) -> IndexStats:
-        return self.store.stats()
-
     def close(self) -> None:
         self.store.close()
+
+
+def _told(
+    hooks: EncodeHooks, before: int, todo: int, titles: tuple[str, ...], started: float
+) -> Callable[[int], None] | None:
+    """An ``encode_rows`` batch callback that tells ``hooks.progress`` how far the whole call is."""
+    if hooks.progress is None:
+        return None
+    report, done = hooks.progress, before
+
+    def told(rows: int) -> None:
+        nonlocal done
+        done += rows
+        report(EncodeProgress(done, todo, titles, time.monotonic() - started))
+
+    return told
+
+
+def _spans(work: _Work) -> list[tuple[int, int, int]]:
+    return [(r.sentence, r.start, r.end) for r in work.rows]
+
+
+def _best(ranked: Sequence[tuple[str, np.ndarray]], budget: int) -> dict[str, np.ndarray]:
+    """The first ``budget`` rows of several articles' rankings, taken in turn (one article's best, the
+    next's best, ...), so that each article a question searches gets its best rows encoded."""
+    taken: dict[str, list[int]] = {aid: [] for aid, _ in ranked}
+    depth = 0
+    left = budget
+    while left > 0 and any(depth < len(rows) for _, rows in ranked):
+        for aid, rows in ranked:
+            if depth < len(rows) and left > 0:
+                taken[aid].append(int(rows[depth]))
+                left -= 1
+        depth += 1
+    return {aid: np.array(rows, dtype=np.int64) for aid, rows in taken.items()}

@@ -32,7 +32,17 @@ from bertknn_search.backends.opensearch_client import (
 )
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, ConfigError, IndexMismatchError, IndexNotFoundError
-from bertknn_search.records import Article, ArticleHit, EncodedArticle, IndexMeta, IndexStats, Neighbors
+from bertknn_search.records import (
+    Article,
+    ArticleHit,
+    Coverage,
+    EncodedArticle,
+    EncodePlan,
+    IndexMeta,
+    IndexStats,
+    Neighbors,
+    PendingArticle,
+)
 
 T = TypeVar("T")
 BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
@@ -58,6 +68,7 @@ class OpenSearchBackend:
         self._restore: dict[str, dict[str, Any]] | None = None  # settings to put back after bulk loading
         self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
         self._has_popularity = False  # in the articles mapping (read at open; older indexes lack it)
+        self._has_parts = False  # the part fields likewise
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -119,6 +130,7 @@ class OpenSearchBackend:
         backend = cls(client, config, bodies.meta_from_mappings(response, names, where))
         articles = response[names["articles"]].get("mappings", {}).get("properties", {})
         backend._has_popularity = "popularity" in articles
+        backend._has_parts = "partial" in articles
         return backend
 
     @property
@@ -225,18 +237,59 @@ class OpenSearchBackend:
             )
 
     # -- the lazy datastore's side (ContextStore) ---------------------------------------------------
-    def ensure_contexts(self, article_ids: Sequence[str]) -> int:
+    def ensure_contexts(self, article_ids: Sequence[str], plan: EncodePlan | None = None) -> int:
         """Nothing to do here: a lazy index is searched through ``LazyDatastore``, which encodes."""
         return 0
 
-    def unencoded(self, article_ids: Sequence[str]) -> list[tuple[Article, str]]:
-        fields = ["title", "text", "fingerprint", "encoded"]
+    def encode_more(self, max_contexts: int, plan: EncodePlan | None = None) -> int:
+        return 0
+
+    @property
+    def read_only(self) -> str:
+        return ""
+
+    def unencoded(self, article_ids: Sequence[str]) -> list[PendingArticle]:
+        fields = ["title", "text", "fingerprint", "encoded", *bodies.PART_FIELDS, "sentences"]
         docs = self._mget(sorted(set(article_ids)), fields, realtime=True)
-        return [
-            (Article(aid, src["title"], src["text"]), src["fingerprint"])
-            for aid, src in sorted(docs.items())
-            if "text" in src and src.get("encoded") != bodies.generation(aid, src["fingerprint"])
-        ]
+        out = []
+        for aid, src in sorted(docs.items()):
+            gen = bodies.generation(aid, src["fingerprint"])
+            if "text" not in src or src.get("encoded") == gen:
+                continue
+            done = np.flatnonzero(bodies.done_rows(src, aid, src["fingerprint"]))
+            sentences = src.get("sentences") if src.get("partial") == gen else None
+            out.append(
+                PendingArticle(Article(aid, src["title"], src["text"]), src["fingerprint"], done, sentences)
+            )
+        return out
+
+    def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
+        if self._meta.contexts != "lazy":
+            return {}
+        fields = ["fingerprint", "encoded", "n_contexts", "partial", "n_rows", "n_done"]
+        out = {}
+        for aid, src in self._mget(sorted(set(article_ids)), fields, realtime=True).items():
+            gen = bodies.generation(aid, src["fingerprint"])
+            if src.get("encoded") == gen:
+                out[aid] = Coverage(int(src.get("n_contexts") or 0), int(src.get("n_contexts") or 0))
+            elif src.get("partial") == gen:
+                out[aid] = Coverage(int(src.get("n_done") or 0), int(src.get("n_rows") or 0))
+        return out
+
+    def partial_articles(self, limit: int) -> list[str]:
+        if not self._has_parts:
+            return []
+        body = {
+            "size": limit,
+            "query": {"exists": {"field": "partial"}},
+            "sort": [{"id": "asc"}],
+            "_source": False,
+        }
+        response = self._call(
+            "find partly encoded articles",
+            lambda: self.client.search(index=self.names["articles"], body=body),
+        )
+        return [hit["_id"] for hit in response["hits"]["hits"]]
 
     def touch(self, article_ids: Sequence[str]) -> None:
         """Nothing: this backend keeps every context it encodes (see ``evict_contexts``)."""
@@ -260,8 +313,11 @@ class OpenSearchBackend:
             "write contexts", lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype))
         )
         self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
-        current = self._mget([i.article.id for i in latest], ["fingerprint"], realtime=True)
+        fields = ["fingerprint", "partial", "done", "n_rows"]
+        current = self._mget([i.article.id for i in latest], fields, realtime=True)
         fresh = [i for i in latest if current.get(i.article.id, {}).get("fingerprint") == i.fingerprint]
+        if any(i.rows is not None for i in fresh):
+            self._ensure_part_fields()
         self._bulk(
             "mark articles encoded",
             lambda: (
@@ -269,10 +325,9 @@ class OpenSearchBackend:
                     "_op_type": "update",
                     "_index": articles,
                     "_id": i.article.id,
-                    "doc": bodies.encoded_fields(i.article.id, i.fingerprint, i.contexts),
+                    "doc": self._encoded_doc(i, current[i.article.id]),
                 }
                 for i in fresh
-                if i.contexts is not None
             ),
         )
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
@@ -286,6 +341,39 @@ class OpenSearchBackend:
                 ),
             )
         return len(fresh)
+
+    def _encoded_doc(self, item: EncodedArticle, source: dict[str, Any]) -> dict[str, Any]:
+        """The article-doc fields after ``item`` is stored: whole once every row of it is.
+
+        Two processes storing parts of one article at once may each miss the other's rows here; those
+        rows are then encoded again later, and their deterministic ids keep one copy of each.
+        """
+        aid, block = item.article.id, item.contexts
+        assert block is not None
+        if item.rows is None:
+            whole = bodies.encoded_fields(aid, item.fingerprint, block)
+            return whole | ({name: None for name in bodies.PART_FIELDS} if self._has_parts else {})
+        total = item.total or len(block)
+        done = bodies.done_rows({**source, "n_rows": total}, aid, item.fingerprint)
+        done[item.rows] = True
+        if done.all():
+            counts = {"encoded": bodies.generation(aid, item.fingerprint), "n_contexts": total}
+            return (
+                counts
+                | {"n_sentences": len(block.sentences), "sentences": list(block.sentences)}
+                | {name: None for name in bodies.PART_FIELDS}
+            )
+        return bodies.part_fields(aid, item.fingerprint, done, block.sentences)
+
+    def _ensure_part_fields(self) -> None:
+        """Add the part fields to an articles index made before them (see ``_ensure_popularity_field``)."""
+        if self._has_parts:
+            return
+        properties = bodies.load_mapping("articles")["mappings"]["properties"]
+        body = {"properties": {name: properties[name] for name in bodies.PART_FIELDS}}
+        name, put = self.names["articles"], self.client.indices.put_mapping
+        self._call("add the part fields", lambda: put(index=name, body=body))
+        self._has_parts = True
 
     def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
         """Not offered: a cluster grows by nodes, and usage times would cost a write per query.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
@@ -149,11 +150,37 @@ def encoded_fields(article_id: str, fingerprint: str, block: ContextBlock) -> di
     }
 
 
+# Article-doc fields of a partly encoded article: the generation its parts belong to, which rows are
+# stored (packed bits, base64), how many rows the article has and how many are stored.
+PART_FIELDS = ("partial", "done", "n_rows", "n_done")
+
+
+def part_fields(article_id: str, fingerprint: str, done: np.ndarray, sentences: list[str]) -> dict[str, Any]:
+    """Article-doc fields naming the rows of a partly encoded article that are stored (``done``: bool)."""
+    return {
+        "partial": generation(article_id, fingerprint),
+        "done": base64.b64encode(np.packbits(done).tobytes()).decode("ascii"),
+        "n_rows": int(done.size),
+        "n_done": int(done.sum()),
+        "sentences": list(sentences),
+    }
+
+
+def done_rows(source: dict[str, Any], article_id: str, fingerprint: str) -> np.ndarray:
+    """The stored rows (bool mask) an article doc names for its current text; all False if none."""
+    total = int(source.get("n_rows") or 0)
+    if source.get("partial") != generation(article_id, fingerprint) or not source.get("done"):
+        return np.zeros(total, bool)
+    packed = np.frombuffer(base64.b64decode(source["done"]), np.uint8)
+    return np.unpackbits(packed, count=total).astype(bool)
+
+
 def context_actions(item: EncodedArticle, index: str, store_dtype: str) -> Iterator[dict[str, Any]]:
     """Bulk actions writing an article's contexts, one doc per row.
 
-    ``_id`` = ``<article id>:<fingerprint>:<row>``: re-sending the same article overwrites, never
-    duplicates. Vectors go out as the float32 values of the stored encoding (float16 or int8).
+    ``_id`` = ``<article id>:<fingerprint>:<row>``, the row numbered over the whole article (a part
+    names its rows): re-sending the same article or part overwrites, never duplicates. Vectors go
+    out as the float32 values of the stored encoding (float16 or int8).
     """
     art, block = item.article, item.contexts
     if block is None:
@@ -167,7 +194,8 @@ def context_actions(item: EncodedArticle, index: str, store_dtype: str) -> Itera
         block.ends.tolist(),
         vectors.tolist(),
     )
-    for row, (token_id, sentence_id, start, end, vector) in enumerate(columns):
+    rows = range(len(block)) if item.rows is None else item.rows.tolist()
+    for row, (token_id, sentence_id, start, end, vector) in zip(rows, columns):
         yield {
             "_op_type": "index",
             "_index": index,
