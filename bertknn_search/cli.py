@@ -157,8 +157,9 @@ def query(
 
     Example: bertknn-search query "Albert Einstein was born in [MASK]." --subject "Albert Einstein"
     """
+    from bertknn_search.encode_bar import EncodeBar
     from bertknn_search.output import render_answer, to_json
-    from bertknn_search.records import Question
+    from bertknn_search.records import EncodeHooks, Question
     from bertknn_search.search import Searcher
 
     asked = [Question(q, subject, popularity, relation) for q in questions] + list(_read_questions(qfile))
@@ -172,12 +173,15 @@ def query(
         return
     config = session.open_index(flags, settings=settings).config
     searcher = Searcher.open(config)
+    bar = EncodeBar()
+    searcher.hooks = EncodeHooks(progress=bar)
     try:
         size = config.batch_for(searcher.encoder.placement.device.type)
         for lo in range(0, len(asked), size):
             for answer in searcher.answer_batch(asked[lo : lo + size]):
                 click.echo(to_json(answer) if as_json else render_answer(answer, config.top) + "\n")
     finally:
+        bar.close()
         searcher.close()
 
 

@@ -33,9 +33,15 @@ from bertknn_search.cli_options import (
     model_options,
     no_progress_option,
 )
-from bertknn_search.config import GATES
+from bertknn_search.config import GATES, Config
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.metrics import KS
+
+
+def _exact_unless_budget(config: Config) -> Config:
+    """Evaluation answers over every context of a fact's articles, unless --budget asks for anytime answers
+    (results.json records which, with the other settings)."""
+    return config if config.budget is not None else config.replace(exact=True)
 
 
 def _facts(flags: dict[str, Any]) -> list[Any]:
@@ -96,7 +102,7 @@ def eval_run(
     from bertknn_search.search import Searcher
 
     facts = _facts(flags)
-    config = session.open_index(flags, settings=settings).config
+    config = _exact_unless_budget(session.open_index(flags, settings=settings).config)
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:
@@ -270,7 +276,7 @@ def eval_grid(
 
     facts = _facts(flags)
     grid = {"n_articles": grid_n, "lam": grid_lambda, "k": grid_k, "temperature": grid_temperature}
-    config = session.open_index(flags).config
+    config = _exact_unless_budget(session.open_index(flags).config)
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:
@@ -309,7 +315,7 @@ def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **fla
     from bertknn_search.warm import needed_articles, warm
 
     facts = _facts(flags)
-    config = session.open_index(flags).config
+    config = _exact_unless_budget(session.open_index(flags).config)
     searcher = Searcher.open(config)
     try:
         ids = needed_articles(searcher, [Question(f.question, f.subject) for f in facts])
@@ -409,7 +415,10 @@ def eval_ablate(
     from bertknn_search.output import ablation_json
 
     facts = _facts(flags)
-    configs = [session.open_index({**flags, "index": index}).config for index in indexes or [None]]
+    configs = [
+        _exact_unless_budget(session.open_index({**flags, "index": index}).config)
+        for index in indexes or [None]
+    ]
     values = {"temperature": temperature, "k": k, "lam": lam, "n_articles": n_articles, "use_ir": use_ir}
     found = variants(configs, {name: v for name, v in values.items() if v is not None})
     check_variants(found)

@@ -203,6 +203,18 @@ method_options = stacked(
         help="Evidence sentences: chosen by information gain (no repeats), or the nearest [default diverse].",
     ),
     click.option(
+        "--budget",
+        type=click.IntRange(min=1),
+        help="Lazy index: contexts a question encodes before it answers, those most like it first; the"
+        " answer says it is partial, and the rest is encoded later [default 256 on a CPU, 65,536 on a GPU].",
+    ),
+    click.option(
+        "--exact",
+        flag_value=True,
+        default=None,
+        help="Lazy index: encode every missing context of the question's articles before answering.",
+    ),
+    click.option(
         "--settings",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="Tuned settings JSON from 'eval grid' (keys as the flags: lambda, k, ...); flags win.",

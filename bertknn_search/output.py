@@ -15,7 +15,10 @@ from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction
 
 def to_json(record: Any) -> str:
     """One line of JSON for a dataclass record (paths and infinities made JSON-safe)."""
-    return json.dumps(_jsonable(dataclasses.asdict(record)), ensure_ascii=False)
+    data = dataclasses.asdict(record)
+    if isinstance(record, Answer):
+        data["partial"] = record.partial  # derived, but what a client checks first
+    return json.dumps(_jsonable(data), ensure_ascii=False)
 
 
 def _jsonable(value: Any) -> Any:
@@ -51,6 +54,8 @@ def render_answer(answer: Answer, top: int) -> str:
             for name, a in zip(named, answer.articles)
         )
         lines.append(f"articles: {arts}")
+        if answer.partial:
+            lines.append(render_coverage(answer))
     elif answer.n_neighbors == 0:
         fallback = "BERT-kNN falls back to BERT" if answer.bert_available else "no answer without BERT"
         lines.append(f"articles: none found; {fallback}")
@@ -69,6 +74,20 @@ def render_answer(answer: Answer, top: int) -> str:
             marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
             lines.append(f"  - {marked}  ({s.title}, d²={s.distance:.2f})")
     return "\n".join(line for line in lines if line)
+
+
+def render_coverage(answer: Answer) -> str:
+    """One line saying that an answer saw only part of its articles' contexts, and how much."""
+    titles = {a.id: a.title for a in answer.articles}
+    parts = [
+        f"{titles.get(aid, aid)!r} {c.encoded:,} of {c.total:,}"
+        for aid, c in answer.coverage.items()
+        if not c.complete
+    ]
+    return (
+        f"partial answer: contexts encoded so far of {', '.join(parts)}; asking again encodes more"
+        " (--exact: all first; warm: ahead of time)"
+    )
 
 
 # The BERT column of a model without an MLM head: marked, never a ranking from a random head.

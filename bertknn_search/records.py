@@ -95,6 +95,7 @@ class EncodeProgress:
     todo: int
     titles: tuple[str, ...]  # the articles being encoded
     seconds: float
+    total: int = 0  # contexts those articles have in all
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ def lazy_index(base_config: Config, corpus: Path, tmp_path: Path) -> Path:
     index = tmp_path / "lazy"
     r = run(
         *("ingest", "wiki", corpus, "--model", base_config.model, "--max-length", "64"),
-        *("--contexts", "lazy", "--no-progress", "--index", index, "--device", "cpu"),
+        *("--contexts", "lazy", "--no-progress", "--index", index, "--device", "cpu", "--precision", "fp32"),
     )
     assert r.exit_code == 0, r.output
     assert ": 0 sentences, 0 contexts" in r.output  # the text pass encodes nothing

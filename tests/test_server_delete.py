@@ -77,7 +77,7 @@ def test_a_deleted_article_is_gone_and_the_rest_ranks_as_before(index: Config, f
 def test_the_lazy_datastore_delegates_the_delete(built_index: Config, corpus: Path, tmp_path: Path) -> None:
     config = built_index.replace(index=tmp_path / "lazy", contexts="lazy")
     ingest(corpus, config, progress=False)
-    encoder = Encoder(config.model, config.layer, "cpu", config.max_length)
+    encoder = Encoder(config.model, config.layer, "cpu", config.max_length, config.precision)
     lazy = searchable(open_backend(config), encoder, config)
     try:
         assert lazy.ensure_contexts(["100", "101"]) > 0

@@ -200,6 +200,7 @@ class LazyDatastore:
         hooks = plan.hooks
         batch = self.config.batch_for(self.encoder.placement.device.type)
         titles = tuple(by_id[aid].pending.article.title for aid in chosen)
+        total = sum(len(by_id[aid].rows) for aid in chosen)
         started = flushed = time.monotonic()
         done: dict[str, list[tuple[int, np.ndarray]]] = {}
         encoded = 0
@@ -215,7 +216,7 @@ class LazyDatastore:
                     [by_id[a].rows[r] for a, r in step],
                     self.encoder,
                     batch,
-                    _told(hooks, encoded, len(queue), titles, started),
+                    _told(hooks, encoded, len(queue), titles, total, started),
                 )
                 took = time.monotonic() - began
                 self._rate = len(step) / took if took > 0 else 0.0
@@ -342,7 +343,7 @@ class LazyDatastore:
 
 
 def _told(
-    hooks: EncodeHooks, before: int, todo: int, titles: tuple[str, ...], started: float
+    hooks: EncodeHooks, before: int, todo: int, titles: tuple[str, ...], total: int, started: float
 ) -> Callable[[int], None] | None:
     """An ``encode_rows`` batch callback that tells ``hooks.progress`` how far the whole call is."""
     if hooks.progress is None:
@@ -352,7 +353,7 @@ def _told(
     def told(rows: int) -> None:
         nonlocal done
         done += rows
-        report(EncodeProgress(done, todo, titles, time.monotonic() - started))
+        report(EncodeProgress(done, todo, titles, time.monotonic() - started, total))
 
     return told
 

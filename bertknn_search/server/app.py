@@ -39,7 +39,7 @@ from bertknn_search.errors import (
 from bertknn_search.output import to_json
 from bertknn_search.records import Article, Question
 from bertknn_search.search import Searcher
-from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady
+from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady, Stopping
 from bertknn_search.server.limits import BodyLimit, one_line
 from bertknn_search.server.schemas import ArticlesRequest, QueryRequest
 from bertknn_search.server.writer import Writer
@@ -53,6 +53,7 @@ STATUS: dict[type[BertKnnError], int] = {
     ConfigError: 422,
     InputFormatError: 422,
     LazyIndexError: 422,
+    Stopping: 503,
     IndexNotFoundError: 503,
     IndexCorruptError: 503,
     BackendError: 503,

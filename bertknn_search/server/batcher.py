@@ -10,6 +10,12 @@ spread over more than a short window on a busy machine. Taking whoever has come 
 into a small batch and a large one that then alternate, each paying a whole pass (on a CPU a pass of one
 question costs most of what a pass of eight does). So a batch waits longer, up to a quarter of the last
 pass, while it holds fewer questions than the last batch had or than were queued when it began.
+
+A cold question on a lazy index encodes contexts first, seconds of model time on a CPU. The encoder works
+in short steps, and between steps the worker answers the questions that arrived meanwhile, so a warm
+question never waits behind a cold encode. When no question waits, the worker goes on encoding partly
+encoded articles in the same short steps (``Backend.encode_more``), so their next questions find more.
+On shutdown a cold encode stops at its next step, storing what it encoded, and its question gets a 503.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 
 from bertknn_search.config import Config
 from bertknn_search.errors import BertKnnError
-from bertknn_search.records import Answer, Question
+from bertknn_search.records import Answer, EncodeHooks, EncodePlan, Question
 from bertknn_search.search import Searcher
 
 log = logging.getLogger("bertknn_search.server")
@@ -36,6 +42,10 @@ class NotReady(Exception):
 
 class Busy(Exception):
     """The queue is full: the server is answering as fast as it can; the client should retry later."""
+
+
+class Stopping(BertKnnError):
+    """The server is shutting down: a cold encode stopped (what it encoded is stored); retry later."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,8 @@ _STOP = object()
 # of the latency), and never more than MAX_PATIENCE_S.
 PATIENCE_FRACTION = 0.25
 MAX_PATIENCE_S = 0.25
+# Idle work: contexts of partly encoded articles encoded per call, between looks at the queue.
+IDLE_CONTEXTS = 64
 
 
 class MicroBatcher:
@@ -101,6 +113,11 @@ class MicroBatcher:
         self.error: BaseException | None = None
         self.stats = BatchStats()
         self._searchers: dict[Config, Searcher] = {}
+        self._stopping = threading.Event()
+        self._nested = False  # answering questions between the steps of a cold encode
+        self._idle_work = True  # partly encoded articles may be left: look when the queue is empty
+        self._hooks = EncodeHooks(between=self._between)
+        self.encoded_idle = 0  # contexts encoded while no question waited
 
     # -- the request side ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -130,8 +147,13 @@ class MicroBatcher:
             return "ready", "the model is loaded"
         return "loading", "the model is loading; retry shortly"
 
+    def interrupt(self) -> None:
+        """Stop cold encodes and idle work at their next step (SIGTERM): what they encoded is stored."""
+        self._stopping.set()
+
     def stop(self) -> None:
         """Answer what is queued, then end the worker and close the index."""
+        self._stopping.set()
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
@@ -148,6 +170,7 @@ class MicroBatcher:
             log.error("cannot load the model: %s", exc)
             self._drain(exc)
             return
+        searcher.hooks = self._hooks
         self._searchers[searcher.config] = searcher
         if self.max_batch is None:
             self.max_batch = searcher.config.batch_for(searcher.encoder.placement.device.type)
@@ -160,7 +183,7 @@ class MicroBatcher:
             searcher.close()
 
     def _next_batch(self) -> list[_Job] | None:
-        first = self._queue.get()
+        first = self._first()
         if first is _STOP:
             return None
         batch = [first]
@@ -183,6 +206,54 @@ class MicroBatcher:
                 break
             batch.append(job)
         return [job for job in batch if isinstance(job, _Job) and job.future.set_running_or_notify_cancel()]
+
+    def _first(self) -> _Job | object:
+        """The next job; while none is queued, go on encoding partly encoded articles."""
+        while self._idle_work and not self._stopping.is_set():
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            self._idle_work = self._encode_idle() > 0
+        job = self._queue.get()
+        self._idle_work = True  # questions may have left articles partly encoded
+        return job
+
+    def _encode_idle(self) -> int:
+        searcher = next(iter(self._searchers.values()))
+        try:
+            done = searcher.backend.encode_more(IDLE_CONTEXTS, EncodePlan(hooks=self._hooks))
+        except Stopping:
+            return 0
+        except Exception:
+            log.exception("encoding partly encoded articles failed; left for later questions")
+            return 0
+        self.encoded_idle += done
+        return done
+
+    def _between(self) -> None:
+        """Between two encoder steps: stop if the server is stopping, else answer who is waiting."""
+        if self._stopping.is_set():
+            raise Stopping("the server is shutting down; what was encoded is kept, ask again shortly")
+        if self._nested or self._queue.empty():
+            return
+        waiting: list[_Job] = []
+        while len(waiting) < (self.max_batch or 1):
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is _STOP:
+                self._queue.put(_STOP)
+                break
+            if isinstance(job, _Job) and job.future.set_running_or_notify_cancel():
+                waiting.append(job)
+        if waiting:
+            self._nested = True
+            try:
+                self._answer(waiting)
+            finally:
+                self._nested = False
 
     def _answer(self, batch: list[_Job]) -> None:
         started = time.monotonic()
@@ -228,6 +299,7 @@ class MicroBatcher:
         if found is None:
             base = next(iter(self._searchers.values()))
             found = Searcher(config, base.backend, base.encoder)
+            found.hooks = self._hooks
             if len(self._searchers) < 64:  # a few distinct settings are common; a client varying k is not
                 self._searchers[config] = found
         return found

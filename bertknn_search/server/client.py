@@ -18,6 +18,7 @@ from bertknn_search.output import render_answer, to_json
 from bertknn_search.records import (
     Answer,
     ArticleHit,
+    Coverage,
     Evidence,
     EvidenceSentence,
     GateDecision,
@@ -39,6 +40,8 @@ REQUEST_NAMES: dict[str, tuple[str, bool]] = {
     "gate_threshold": ("gate-threshold", False),
     "gate_thresholds": ("gate-thresholds", False),
     "evidence": ("evidence", False),
+    "budget": ("budget", False),
+    "exact": ("exact", False),
 }
 TIMEOUT_S = 600.0  # a full batch of BERT-base questions on a CPU takes tens of seconds
 
@@ -149,4 +152,5 @@ def answer_from_json(item: Mapping[str, Any]) -> Answer:
         n_neighbors=item["n_neighbors"],
         bert_available=item.get("bert_available", True),
         gate=GateDecision(**item["gate"]) if item.get("gate") else None,
+        coverage={aid: Coverage(**c) for aid, c in (item.get("coverage") or {}).items()},
     )

@@ -64,8 +64,16 @@ def serve(settings: ServerSettings, host: str, port: int) -> None:
     url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
     app = create_app(settings)
     # No access log: a line per question would cost the batch path and bury what matters.
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", access_log=False, lifespan="on"))
     batcher = app.state.batcher
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            # uvicorn waits for running requests; a cold encode stops at its next step instead of
+            # holding the shutdown for minutes (its question gets a 503, what it encoded is kept).
+            batcher.interrupt()
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    server = Server(uvicorn.Config(app, log_level="info", access_log=False, lifespan="on"))
 
     def announce() -> None:
         batcher.done.wait()

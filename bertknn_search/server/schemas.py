@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bertknn_search.config import Config, thresholds_from_json
+from bertknn_search.ingest.readers import MAX_ARTICLE_CHARS
 
 # Bounds: a request may not make the server do unbounded work or hold unbounded memory.
 MAX_QUESTIONS = 1024  # per request; more are sent in several requests (query --server does)
@@ -25,7 +26,18 @@ class QuestionIn(Strict):
     relation: str | None = Field(None, max_length=200, description="Relation (gate threshold).")
 
 
-METHOD_FIELDS = ("top", "k", "n_articles", "lam", "temperature", "distance", "gate", "evidence")
+METHOD_FIELDS = (
+    "top",
+    "k",
+    "n_articles",
+    "lam",
+    "temperature",
+    "distance",
+    "gate",
+    "evidence",
+    "budget",
+    "exact",
+)
 
 
 class MethodOverrides(Strict):
@@ -46,6 +58,10 @@ class MethodOverrides(Strict):
         None, alias="gate-thresholds", description="signal -> relation -> threshold, as 'eval grid' writes."
     )
     evidence: Literal["diverse", "nearest"] | None = Field(None, description="Evidence by information gain.")
+    budget: int | None = Field(
+        None, ge=1, le=10_000_000, description="Lazy index: contexts a question encodes before it answers."
+    )
+    exact: bool | None = Field(None, description="Lazy index: encode every missing context first.")
 
     def apply(self, config: Config) -> Config:
         """``config`` with the given overrides (Config checks the combination again)."""
@@ -84,7 +100,8 @@ class QueryRequest(MethodOverrides):
 class ArticleIn(Strict):
     id: str = Field(min_length=1, max_length=200, description="Stable id; an id stored already is replaced.")
     title: str = Field(min_length=1, max_length=1000)
-    text: str = Field(min_length=1)
+    # The CLI's limit (Wikipedia's own page size): a longer article would hold a cold encode's memory.
+    text: str = Field(min_length=1, max_length=MAX_ARTICLE_CHARS)
 
     @field_validator("text")
     @classmethod
