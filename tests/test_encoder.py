@@ -171,7 +171,8 @@ def test_query_equals_the_full_model_forward(
     which: str, layer: int, tiny_model: Path, base_shaped: Path
 ) -> None:
     path = tiny_model if which == "tiny" else base_shaped
-    encoder = Encoder(str(path), layer=layer, device="cpu", max_length=64)
+    # fp32: "auto" is bf16 on CPUs with AVX512-BF16, and the reference forward runs in fp32.
+    encoder = Encoder(str(path), layer=layer, device="cpu", max_length=64, precision="fp32")
     states, p_bert = encoder.query(QUESTIONS)
     want_states, want_p = _full_model_query(encoder, QUESTIONS)
     np.testing.assert_allclose(states, want_states, rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -200,12 +201,13 @@ def test_a_lazy_encode_in_another_precision_is_refused(
 def test_the_ingest_says_what_it_encodes_in(base_config: Config, corpus: Path, tmp_path: Path) -> None:
     from bertknn_search.ingest.pipeline import ingest
 
-    config = base_config.replace(index=tmp_path / "said", contexts="lazy")
+    config = base_config.replace(index=tmp_path / "said", contexts="lazy", precision="auto")
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         ingest(corpus, config, limit=2, progress=True)
     first = err.getvalue().splitlines()[0]
-    assert first.startswith("encoder: fp32 on cpu (auto: ") and "--precision" in first
+    # fp32, or bf16 on a CPU with AVX512-BF16 or AMX: either way the line says why and how to choose.
+    assert re.match(r"encoder: (fp32|bf16) on cpu \(auto: ", first) and "--precision" in first
 
 
 def test_opensearch_meta_carries_the_precision() -> None:
