@@ -144,6 +144,11 @@ def render_stats(stats: IndexStats) -> str:
     if m.contexts == "lazy":
         rows += [
             ("encoded articles", f"{stats.encoded_articles:,} of {stats.articles:,}"),
+            (
+                "partly encoded",
+                f"{stats.partial_articles:,} articles ({stats.partial_contexts:,} contexts so far; questions,"
+                " a server's idle time or warm encode the rest)",
+            ),
             ("context bytes", f"{stats.context_bytes:,} ({human_bytes(stats.context_bytes)})"),
             ("eager estimate", _estimate(stats.estimated_contexts)),
         ]

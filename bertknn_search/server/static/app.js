@@ -77,12 +77,53 @@ function drawEvidence(answer) {
   }
 }
 
+function drawCoverage(answer) {
+  // A lazy index answers a cold question over the contexts most like it first, and says how many.
+  const box = $("coverage");
+  const titles = Object.fromEntries(answer.articles.map((a) => [a.id, a.title]));
+  const partial = Object.entries(answer.coverage || {}).filter(([, c]) => c.encoded < c.total);
+  box.hidden = !partial.length;
+  box.textContent = partial.length
+    ? "Partial answer: contexts encoded so far of " +
+      partial
+        .map(([id, c]) => `${titles[id] || id} ${c.encoded.toLocaleString()} of ${c.total.toLocaleString()}`)
+        .join(", ") +
+      ". The answer is updated as more are encoded."
+    : "";
+}
+
 function draw(answer) {
   $("asked").textContent = answer.question + (answer.subject ? `  (subject: ${answer.subject})` : "");
   drawArticles(answer);
+  drawCoverage(answer);
   for (const box of document.querySelectorAll(".ranking")) drawRanking(box, answer[box.dataset.model]);
   drawEvidence(answer);
   $("result").hidden = false;
+}
+
+// Asking again encodes more of a partly encoded article; a newer question stops the updates.
+const MAX_UPDATES = 30;
+let asking = 0;
+
+async function post(body) {
+  const reply = await fetch("/query", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return [reply, await reply.json()];
+}
+
+async function update(body, mine, round) {
+  if (mine !== asking || round >= MAX_UPDATES) return;
+  try {
+    const [reply, data] = await post(body);
+    if (mine !== asking || !reply.ok) return;
+    draw(data.answers[0]);
+    if (data.answers[0].partial) setTimeout(() => update(body, mine, round + 1), 500);
+  } catch (err) {
+    // The partial answer on screen stays; the next question starts afresh.
+  }
 }
 
 async function ask(event) {
@@ -98,19 +139,16 @@ async function ask(event) {
   if (subject) body.subject = subject;
   $("ask").disabled = true;
   setStatus("Asking…", false);
+  const mine = ++asking;
   try {
-    const reply = await fetch("/query", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    });
-    const data = await reply.json();
+    const [reply, data] = await post(body);
     if (!reply.ok) {
       setStatus(data.detail || `The server answered ${reply.status}.`, true);
       return;
     }
     draw(data.answers[0]);
     setStatus("", false);
+    if (data.answers[0].partial) setTimeout(() => update(body, mine, 0), 500);
   } catch (err) {
     setStatus(`Cannot reach the server: ${err.message}`, true);
   } finally {
