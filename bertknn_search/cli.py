@@ -12,6 +12,7 @@ import click
 from bertknn_search import session
 from bertknn_search.cli_eval import eval_group
 from bertknn_search.cli_options import (
+    FiniteFloat,
     cache_option,
     encoding_options,
     index_options,
@@ -132,7 +133,7 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
 @click.option("--subject", help="The fact's subject: its own article is searched when a title matches.")
 @click.option(
     "--popularity",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloat(min=0.0),
     help="The subject's popularity (page views) for --gate popularity [default: its article's, if any].",
 )
 @click.option("--relation", help="The fact's relation (P19): picks its --gate threshold [default: '*'].")
@@ -262,11 +263,11 @@ def _read_questions(stream: Any) -> Iterator[Any]:
     help="Writes (POST/DELETE /articles) need 'Authorization: Bearer <first line of this file>'.",
 )
 @click.option(
-    "--max-body-mb", type=click.FloatRange(min=0.001), default=16.0, show_default=True, help="Largest body."
+    "--max-body-mb", type=FiniteFloat(min=0.001), default=16.0, show_default=True, help="Largest body."
 )
 @click.option(
     "--batch-window-ms",
-    type=click.FloatRange(min=0.0, max=1000.0),
+    type=FiniteFloat(min=0.0, max=1000.0),
     default=5.0,
     show_default=True,
     help="How long a question waits for others to share its encoder pass (at most --batch-size).",

@@ -324,3 +324,44 @@ def test_the_page_and_the_api_docs_load_nothing_from_the_internet(api: TestClien
     assert api.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
     paths = api.get("/openapi.json").json()["paths"]
     assert {"/query", "/articles", "/articles/{article_id}", "/stats", "/health"} <= set(paths)
+
+
+# -- NaN, infinities and the extremes of each range ----------------------------------------------------
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400"]  # Python's JSON parser reads all four as floats
+FLOAT_FIELDS = [
+    '"lambda": {}',
+    '"temperature": {}',
+    '"gate": "top1", "gate-threshold": {}',
+    '"gate": "popularity", "gate-thresholds": {{"popularity": {{"*": 1.0, "P19": {}}}}}',
+]
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+def test_nan_and_infinities_are_refused_in_every_float_field(api: TestClient, value: str) -> None:
+    bodies = [f'{{"question": "a [MASK].", {field.format(value)}}}' for field in FLOAT_FIELDS]
+    bodies.append(f'{{"questions": [{{"question": "a [MASK].", "popularity": {value}}}], "gate": "none"}}')
+    for body in bodies:
+        reply = api.post("/query", content=body.encode(), headers={"Content-Type": "application/json"})
+        assert "finite number" in assert_one_line(reply, 422), body
+
+
+MAX = 1.7976931348623157e308
+
+
+def test_the_extremes_of_each_range_give_proper_answers(api: TestClient, facts: list[Fact]) -> None:
+    q = born(facts[0])
+    for temperature in (5e-324, MAX):  # all mass on the nearest neighbours' word; even over neighbours
+        answer = api.post("/query", json={**q, "temperature": temperature}).json()["answers"][0]
+        assert answer["knn"] and answer["bert_knn"] and answer["evidence"][0]["sentences"], temperature
+        assert sum(p["prob"] for p in answer["knn"]) <= 1.0 + 1e-9
+    sharpest = api.post("/query", json={**q, "temperature": 5e-324, "lambda": 1.0}).json()["answers"][0]
+    assert sharpest["bert_knn"][0] == sharpest["knn"][0] and sharpest["knn"][0]["word"] == facts[0].city
+    only_bert = api.post("/query", json={**q, "lambda": 0.0}).json()["answers"][0]
+    assert only_bert["bert_knn"] == only_bert["bert"]
+    for threshold, retrieve in ((-MAX, False), (MAX, True)):  # top1 retrieves below the threshold
+        body = {**q, "gate": "top1", "gate-threshold": threshold}
+        answer = api.post("/query", json=body).json()["answers"][0]
+        assert answer["gate"]["retrieve"] is retrieve and bool(answer["knn"]) is retrieve
+    for threshold, retrieve in ((-MAX, True), (MAX, False)):  # entropy retrieves above it
+        body = {**q, "gate": "entropy", "gate-threshold": threshold}
+        assert api.post("/query", json=body).json()["answers"][0]["gate"]["retrieve"] is retrieve
