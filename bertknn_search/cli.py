@@ -263,6 +263,19 @@ def _read_questions(stream: Any) -> Iterator[Any]:
     help="Writes (POST/DELETE /articles) need 'Authorization: Bearer <first line of this file>'.",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A name clients may give in Host besides localhost, 127.0.0.1, [::1] and --host; repeatable."
+    " Other names are refused (421), so that web pages cannot reach the server by DNS rebinding.",
+)
+@click.option(
+    "--open-writes",
+    is_flag=True,
+    help="Allow a --host other than loopback without --token-file: anyone who can reach it may write.",
+)
+@click.option(
     "--max-body-mb", type=FiniteFloat(min=0.001), default=16.0, show_default=True, help="Largest body."
 )
 @click.option(
@@ -279,6 +292,8 @@ def serve(
     host: str,
     port: int,
     token_file: Path | None,
+    allowed_hosts: tuple[str, ...],
+    open_writes: bool,
     max_body_mb: float,
     batch_window_ms: float,
     settings: Path | None,
@@ -298,8 +313,14 @@ def serve(
 
     token = read_token(token_file) if token_file else None
     config = session.open_index(flags, settings=settings).config
-    limits = ServerSettings(config, token, int(max_body_mb * 1024 * 1024), window_s=batch_window_ms / 1000)
-    run_server(limits, host, port)
+    limits = ServerSettings(
+        config,
+        token,
+        int(max_body_mb * 1024 * 1024),
+        window_s=batch_window_ms / 1000,
+        allowed_hosts=allowed_hosts,
+    )
+    run_server(limits, host, port, open_writes)
 
 
 @main.command()
