@@ -12,6 +12,7 @@ import click
 from bertknn_search import session
 from bertknn_search.cli_eval import eval_group
 from bertknn_search.cli_options import (
+    FiniteFloat,
     cache_option,
     encoding_options,
     index_options,
@@ -132,7 +133,7 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
 @click.option("--subject", help="The fact's subject: its own article is searched when a title matches.")
 @click.option(
     "--popularity",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloat(min=0.0),
     help="The subject's popularity (page views) for --gate popularity [default: its article's, if any].",
 )
 @click.option("--relation", help="The fact's relation (P19): picks its --gate threshold [default: '*'].")
@@ -266,11 +267,24 @@ def _read_questions(stream: Any) -> Iterator[Any]:
     help="Writes (POST/DELETE /articles) need 'Authorization: Bearer <first line of this file>'.",
 )
 @click.option(
-    "--max-body-mb", type=click.FloatRange(min=0.001), default=16.0, show_default=True, help="Largest body."
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A name clients may give in Host besides localhost, 127.0.0.1, [::1] and --host; repeatable."
+    " Other names are refused (421), so that web pages cannot reach the server by DNS rebinding.",
+)
+@click.option(
+    "--open-writes",
+    is_flag=True,
+    help="Allow a --host other than loopback without --token-file: anyone who can reach it may write.",
+)
+@click.option(
+    "--max-body-mb", type=FiniteFloat(min=0.001), default=16.0, show_default=True, help="Largest body."
 )
 @click.option(
     "--batch-window-ms",
-    type=click.FloatRange(min=0.0, max=1000.0),
+    type=FiniteFloat(min=0.0, max=1000.0),
     default=5.0,
     show_default=True,
     help="How long a question waits for others to share its encoder pass (at most --batch-size).",
@@ -282,6 +296,8 @@ def serve(
     host: str,
     port: int,
     token_file: Path | None,
+    allowed_hosts: tuple[str, ...],
+    open_writes: bool,
     max_body_mb: float,
     batch_window_ms: float,
     settings: Path | None,
@@ -301,8 +317,14 @@ def serve(
 
     token = read_token(token_file) if token_file else None
     config = session.open_index(flags, settings=settings).config
-    limits = ServerSettings(config, token, int(max_body_mb * 1024 * 1024), window_s=batch_window_ms / 1000)
-    run_server(limits, host, port)
+    limits = ServerSettings(
+        config,
+        token,
+        int(max_body_mb * 1024 * 1024),
+        window_s=batch_window_ms / 1000,
+        allowed_hosts=allowed_hosts,
+    )
+    run_server(limits, host, port, open_writes)
 
 
 @main.command()

@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from bertknn_search.cli_options import Decorator, stacked
+from bertknn_search.config import finite
+from bertknn_search.errors import ConfigError
 from bertknn_search.eval.metrics import MODELS
 
 DATASET_FLAGS = (
@@ -84,9 +86,13 @@ class NumberList(click.ParamType):
         if isinstance(value, list):
             return value
         try:
-            return [self.kind(v) for v in str(value).split(",") if v.strip()]
+            numbers = [self.kind(v) for v in str(value).split(",") if v.strip()]
         except ValueError:
             self.fail(f"expected comma-separated {self.kind.__name__}s, got {value!r}", param, ctx)
+        try:
+            return [finite(n, "each value") if self.kind is float else n for n in numbers]
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class ModelList(click.ParamType):

@@ -17,7 +17,9 @@ from bertknn_search.config import (
     MASK_POLICIES,
     PRECISIONS,
     STORE_DTYPES,
+    finite,
 )
+from bertknn_search.errors import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -135,6 +137,20 @@ encoding_options = stacked(
 )
 
 
+class FiniteFloat(click.FloatRange):
+    """A float in an optional range that is not NaN or ±inf, which ``click.FloatRange`` lets through."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        try:
+            finite(number, "the value")
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+        return super().convert(number, param, ctx)
+
+
 class ByteSize(click.ParamType):
     """A size in bytes: 20GB, 500MB, 1.5GiB or a plain number."""
 
@@ -152,7 +168,7 @@ class ByteSize(click.ParamType):
         unit = text[len(number) :]
         try:
             size = int(float(number) * self.UNITS[unit])
-        except (KeyError, ValueError):
+        except (KeyError, ValueError, OverflowError):  # int(inf): "inf", "1e400GB"
             self.fail(f"{value!r} is not a size; write e.g. 20GB, 500MB or 1.5GiB", param, ctx)
         if size <= 0:
             self.fail(f"{value!r} must be more than 0 bytes", param, ctx)
@@ -173,9 +189,9 @@ method_options = stacked(
     click.option("--top", type=click.IntRange(min=1, max=1000), help="Answers per ranking [default 10]."),
     click.option("-k", "k", type=click.IntRange(min=1, max=100_000), help="Neighbours [default 128]."),
     click.option("--n-articles", type=click.IntRange(min=1, max=1000), help="Articles searched [default 3]."),
-    click.option("--lambda", "lam", type=click.FloatRange(0.0, 1.0), help="Weight of kNN [default 0.3]."),
+    click.option("--lambda", "lam", type=FiniteFloat(0.0, 1.0), help="Weight of kNN [default 0.3]."),
     click.option(
-        "--temperature", type=click.FloatRange(min=0.0, min_open=True), help="The paper's l [default 6]."
+        "--temperature", type=FiniteFloat(min=0.0, min_open=True), help="The paper's l [default 6]."
     ),
     click.option("--distance", type=click.Choice(DISTANCES), help="d in exp(-d/l) [default squared-l2]."),
     click.option(
@@ -193,7 +209,7 @@ method_options = stacked(
     ),
     click.option(
         "--gate-threshold",
-        type=float,
+        type=FiniteFloat(),
         help="The gate's threshold for every relation (log page views, a probability, or nats)"
         " [default: per relation, from 'eval grid' --settings].",
     ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -106,7 +107,10 @@ class Config:
             (self.layer >= 1, f"--layer must be >= 1, got {self.layer}"),
             (self.n_articles >= 1, f"--n-articles must be >= 1, got {self.n_articles}"),
             (self.k >= 1, f"-k must be >= 1, got {self.k}"),
-            (self.temperature > 0, f"--temperature must be > 0, got {self.temperature}"),
+            (
+                math.isfinite(self.temperature) and self.temperature > 0,
+                f"--temperature must be a finite number > 0, got {self.temperature}",
+            ),
             (0.0 <= self.lam <= 1.0, f"--lambda must be in [0, 1], got {self.lam}"),
             (self.top >= 1, f"--top must be >= 1, got {self.top}"),
             (
@@ -130,6 +134,10 @@ class Config:
             (
                 all(len(t) == 3 and t[0] in GATES[1:] for t in self.gate_thresholds),
                 f"gate thresholds must be (signal, relation, value) with a signal of {GATES[1:]}",
+            ),
+            (
+                all(len(t) == 3 and math.isfinite(t[2]) for t in self.gate_thresholds),
+                f"gate thresholds must be finite numbers, got {[t[2] for t in self.gate_thresholds]}",
             ),
             (
                 self.gate == "none" or any(t[0] == self.gate for t in self.gate_thresholds),
@@ -216,6 +224,22 @@ def flag_name(field_name: str) -> str:
     return FLAGS.get(field_name, "--" + field_name.replace("_", "-"))
 
 
+def finite(value: float, what: str) -> float:
+    """``value`` as a float when it is a finite number: NaN and ±inf pass range checks (NaN compares false
+    with every bound) and JSON parsers (Python's reads ``NaN`` and ``Infinity``), then break the method.
+
+    Raises:
+        ConfigError: NaN or infinite, naming ``what``.
+    """
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range, such as a JSON 1 followed by 400 zeros
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{what} must be a finite number, got {value}")
+    return number
+
+
 def _switch(text: str) -> bool:
     value = text.strip().lower()
     if value in {"1", "true", "yes", "on"}:
@@ -276,6 +300,8 @@ def read_settings_file(path: Path) -> dict[str, Any]:
             raise ConfigError(
                 f"settings file {path}: {key} must be a JSON {kind.__name__}, got {json.dumps(value)}"
             )
+        if kind is float:
+            finite(value, f"settings file {path}: {key}")
         if name in values:
             raise ConfigError(f"settings file {path} sets {name} twice; keep one of its keys")
         values[name] = (not value) if negated else value
@@ -300,7 +326,9 @@ def thresholds_from_json(data: Mapping[str, Any], where: str) -> tuple[tuple[str
         for relation, value in by_relation.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{where}: gate threshold {signal}/{relation} must be a number")
-            triples.append((signal, str(relation), float(value)))
+            triples.append(
+                (signal, str(relation), finite(value, f"{where}: gate threshold {signal}/{relation}"))
+            )
     return tuple(sorted(triples))
 
 

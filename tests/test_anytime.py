@@ -247,7 +247,7 @@ def test_post_articles_refuses_an_article_over_the_cli_limit(lazy_copy: Config) 
 
     app = create_app(ServerSettings(lazy_copy))
     big = {"articles": [{"id": "big", "title": "Big", "text": "word " * (MAX_ARTICLE_CHARS // 5 + 1)}]}
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         response = client.post("/articles", json=big)
         assert response.status_code == 422
         assert "\n" not in response.json()["detail"] and "articles.0.text" in response.json()["detail"]

@@ -322,3 +322,57 @@ def test_settings_file_takes_the_flag_names(built_index: Config, tmp_path: Path)
         "unknown keys ['lamda']; allowed: n-articles, k, temperature, lambda, distance, no-ir, gate,"
         " gate-thresholds, evidence"
     )
+
+
+# Every float option, with the command that takes it; each refuses NaN and infinities before any work.
+FLOAT_OPTIONS = [
+    ("query", "--lambda"),
+    ("query", "--temperature"),
+    ("query", "--gate-threshold"),
+    ("query", "--popularity"),
+    ("serve", "--temperature"),
+    ("serve", "--max-body-mb"),
+    ("serve", "--batch-window-ms"),
+    ("eval ablate", "--temperature"),
+    ("eval ablate", "--lambda"),
+    ("eval grid", "--grid-lambda"),
+    ("eval grid", "--grid-temperature"),
+]
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize(("command", "flag"), FLOAT_OPTIONS)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_float_options_refuse_nan_and_infinities(command: str, flag: str, value: str, tmp_path: Path) -> None:
+    r = run(*command.split(), flag, value if command != "eval grid" else f"1,{value}", "--index", tmp_path)
+    line = one_line_error(r, 2)
+    assert f"Invalid value for '{flag}'" in line and "must be a finite number" in line
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400GB", "nan"])
+def test_a_cache_size_of_inf_is_not_a_size(value: str, tmp_path: Path) -> None:
+    assert "is not a size" in one_line_error(run("query", "a [MASK].", "--cache-size", value), 2)
+
+
+@pytest.mark.parametrize(
+    ("flags", "check"),
+    [
+        (["--temperature", "5e-324", "--lambda", "1"], "sharpest"),
+        (["--temperature", "1.7976931348623157e308", "--lambda", "0"], "flat"),
+        (["--gate", "top1", "--gate-threshold", "-1.7976931348623157e308"], "never"),
+        (["--gate", "entropy", "--gate-threshold", "-1.7976931348623157e308"], "always"),
+    ],
+)
+def test_the_extremes_of_each_range_answer(built_index: Config, flags: list[str], check: str) -> None:
+    question = ["Zorblat was born in [MASK].", "--subject", "Zorblat"]
+    r = run("query", *question, "--json", "--index", built_index.index, *flags)
+    assert r.exit_code == 0, r.output
+    answer = json.loads(r.output)
+    if check == "sharpest":  # all kNN mass on the nearest neighbours' word
+        assert answer["knn"][0]["word"] == "quenton" and answer["bert_knn"] == answer["knn"]
+    elif check == "flat":
+        assert answer["knn"] and answer["bert_knn"] == answer["bert"]
+    else:
+        assert answer["gate"]["retrieve"] is (check == "always") and bool(answer["knn"]) is (
+            check == "always"
+        )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,11 @@ def test_batch_size_follows_the_device_unless_given() -> None:
         ({"batch_size": 0}, "--batch-size must be >= 1"),
         ({"k": 0}, "-k must be >= 1"),
         ({"lam": 1.5}, r"--lambda must be in \[0, 1\]"),
+        ({"lam": math.nan}, r"--lambda must be in \[0, 1\], got nan"),
+        ({"temperature": math.nan}, "--temperature must be a finite number > 0, got nan"),
+        ({"temperature": math.inf}, "--temperature must be a finite number > 0, got inf"),
+        ({"gate_thresholds": (("top1", "*", math.nan),)}, "gate thresholds must be finite numbers"),
+        ({"gate_thresholds": (("entropy", "P19", -math.inf),)}, "gate thresholds must be finite numbers"),
     ],
 )
 def test_out_of_range_settings_are_config_errors(settings: dict[str, object], message: str) -> None:
@@ -55,3 +63,31 @@ def test_a_settings_file_reads_back_what_it_was_written_as(tmp_path: Path) -> No
     path = tmp_path / "s.json"
     path.write_text(json.dumps(written))
     assert read_settings_file(path) == values
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400", "1" + "0" * 400])
+@pytest.mark.parametrize(
+    ("template", "where"),
+    [
+        ('{{"temperature": {}}}', "temperature"),
+        ('{{"lambda": {}}}', "lambda"),
+        ('{{"lam": {}}}', "lam"),
+        ('{{"gate-thresholds": {{"top1": {{"*": 0.5, "P19": {}}}}}}}', "gate threshold top1/P19"),
+    ],
+)
+def test_a_settings_file_refuses_nan_and_infinities(
+    tmp_path: Path, template: str, where: str, value: str
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(template.format(value))  # Python's json reads NaN and Infinity as floats
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: {where} must be a finite number")):
+        read_settings_file(path)
+
+
+def test_the_extremes_of_each_range_are_settings() -> None:
+    smallest, largest = 5e-324, sys.float_info.max
+    for temperature in (smallest, largest):
+        assert Config(temperature=temperature).temperature == temperature
+    assert Config(lam=0.0).lam == 0.0 and Config(lam=1.0).lam == 1.0
+    edges = (("top1", "*", -largest), ("entropy", "*", largest), ("popularity", "*", 0.0))
+    assert Config(gate="top1", gate_thresholds=edges).thresholds("entropy") == {"*": largest}

@@ -223,7 +223,8 @@ def test_the_server_takes_the_gate_and_each_questions_popularity(built_index: Co
 
     from bertknn_search.server.app import ServerSettings, create_app
 
-    with TestClient(create_app(ServerSettings(built_index.replace(temperature=1.0)))) as client:
+    app = create_app(ServerSettings(built_index.replace(temperature=1.0)))
+    with TestClient(app, base_url="http://localhost") as client:
         assert client.app.state.batcher.done.wait(120), "the model did not load"  # type: ignore[attr-defined]
         body = {
             "questions": [

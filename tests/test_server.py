@@ -25,6 +25,8 @@ from bertknn_search.server.app import ServerSettings, create_app
 
 SHARP = 1.0  # the tiny model's l (see test_search.py)
 TOKEN = "s3cret-token"
+# TestClient's own default, http://testserver, names a host the server does not answer for (see hosts.py).
+LOCAL = "http://localhost"
 
 
 class Recording(Searcher):
@@ -48,7 +50,7 @@ def start(client: TestClient) -> TestClient:
 def api(built_index: Config) -> Iterator[TestClient]:
     """A read-only server over the session's index."""
     app = create_app(ServerSettings(built_index.replace(temperature=SHARP)))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         yield start(client)
 
 
@@ -57,7 +59,7 @@ def writable(index_copy: Config) -> Iterator[tuple[TestClient, Config]]:
     """A server over a private copy, with a write token and a small body limit."""
     config = index_copy.replace(temperature=SHARP)
     app = create_app(ServerSettings(config, token=TOKEN, max_body=4096))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         yield start(client), config
 
 
@@ -118,7 +120,7 @@ def test_concurrent_questions_share_one_encoder_pass(built_index: Config, facts:
     # A long window and a batch of 8: the pass starts when the 8th question arrives, not on a timer.
     app = create_app(ServerSettings(config, max_batch=8, window_s=60.0), open_searcher=open_recording)
     bodies = [born(f) for f in facts[:7]] + [{"question": "No mask in this one."}]
-    with TestClient(app) as client, ThreadPoolExecutor(8) as pool:
+    with TestClient(app, base_url=LOCAL) as client, ThreadPoolExecutor(8) as pool:
         start(client)
         replies = list(pool.map(lambda body: client.post("/query", json=body), bodies))
     assert searcher[0].passes == [7]  # the bad question was refused before the pass, alone
@@ -151,7 +153,7 @@ def test_clients_coming_back_after_their_answer_are_batched_together(
 
     settings = ServerSettings(config, max_batch=8, window_s=0.0, patience_s=60.0)
     questions = [Question(b["question"], b["subject"]) for b in map(born, facts[:8])]
-    with TestClient(create_app(settings, open_searcher=open_gated)) as client:
+    with TestClient(create_app(settings, open_searcher=open_gated), base_url=LOCAL) as client:
         batcher = start(client).app.state.batcher  # type: ignore[attr-defined]
         alone = batcher.submit(questions[:1], config)
         assert alone[0].result(timeout=50).bert_knn[0].word == facts[0].city  # no wait for anyone
@@ -168,7 +170,7 @@ def test_clients_coming_back_after_their_answer_are_batched_together(
 
 def test_health_is_ready_only_once_the_model_is_loaded(built_index: Config, facts: list[Fact]) -> None:
     app = create_app(ServerSettings(built_index))
-    client = TestClient(app)  # not started: the model has not been loaded
+    client = TestClient(app, base_url=LOCAL)  # not started: the model has not been loaded
     assert client.get("/health").status_code == 503
     assert client.get("/health").json()["status"] == "loading"
     assert "loading" in assert_one_line(client.post("/query", json=born(facts[0])), 503)
@@ -182,7 +184,7 @@ def test_a_model_that_fails_to_load_is_reported(built_index: Config, tmp_path: P
     shutil.copytree(built_index.model, broken)
     (broken / "model.safetensors").write_bytes(b"not weights")
     app = create_app(ServerSettings(built_index.replace(model=str(broken))))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         assert app.state.batcher.done.wait(120)
         reply = client.get("/health")
         assert reply.status_code == 503 and reply.json()["status"] == "failed"
@@ -291,7 +293,7 @@ def test_a_lazy_index_is_served_like_an_eager_one(
     bodies = {"questions": [born(f) for f in facts]}
     answers = []
     for config in (built_index.replace(temperature=SHARP), lazy):
-        with TestClient(create_app(ServerSettings(config))) as client:
+        with TestClient(create_app(ServerSettings(config)), base_url=LOCAL) as client:
             answers.append(start(client).post("/query", json=bodies).json()["answers"])
     assert [a["bert_knn"][0]["word"] for a in answers[1]] == [f.city for f in facts]
 
@@ -324,3 +326,44 @@ def test_the_page_and_the_api_docs_load_nothing_from_the_internet(api: TestClien
     assert api.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
     paths = api.get("/openapi.json").json()["paths"]
     assert {"/query", "/articles", "/articles/{article_id}", "/stats", "/health"} <= set(paths)
+
+
+# -- NaN, infinities and the extremes of each range ----------------------------------------------------
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400"]  # Python's JSON parser reads all four as floats
+FLOAT_FIELDS = [
+    '"lambda": {}',
+    '"temperature": {}',
+    '"gate": "top1", "gate-threshold": {}',
+    '"gate": "popularity", "gate-thresholds": {{"popularity": {{"*": 1.0, "P19": {}}}}}',
+]
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+def test_nan_and_infinities_are_refused_in_every_float_field(api: TestClient, value: str) -> None:
+    bodies = [f'{{"question": "a [MASK].", {field.format(value)}}}' for field in FLOAT_FIELDS]
+    bodies.append(f'{{"questions": [{{"question": "a [MASK].", "popularity": {value}}}], "gate": "none"}}')
+    for body in bodies:
+        reply = api.post("/query", content=body.encode(), headers={"Content-Type": "application/json"})
+        assert "finite number" in assert_one_line(reply, 422), body
+
+
+MAX = 1.7976931348623157e308
+
+
+def test_the_extremes_of_each_range_give_proper_answers(api: TestClient, facts: list[Fact]) -> None:
+    q = born(facts[0])
+    for temperature in (5e-324, MAX):  # all mass on the nearest neighbours' word; even over neighbours
+        answer = api.post("/query", json={**q, "temperature": temperature}).json()["answers"][0]
+        assert answer["knn"] and answer["bert_knn"] and answer["evidence"][0]["sentences"], temperature
+        assert sum(p["prob"] for p in answer["knn"]) <= 1.0 + 1e-9
+    sharpest = api.post("/query", json={**q, "temperature": 5e-324, "lambda": 1.0}).json()["answers"][0]
+    assert sharpest["bert_knn"][0] == sharpest["knn"][0] and sharpest["knn"][0]["word"] == facts[0].city
+    only_bert = api.post("/query", json={**q, "lambda": 0.0}).json()["answers"][0]
+    assert only_bert["bert_knn"] == only_bert["bert"]
+    for threshold, retrieve in ((-MAX, False), (MAX, True)):  # top1 retrieves below the threshold
+        body = {**q, "gate": "top1", "gate-threshold": threshold}
+        answer = api.post("/query", json=body).json()["answers"][0]
+        assert answer["gate"]["retrieve"] is retrieve and bool(answer["knn"]) is retrieve
+    for threshold, retrieve in ((-MAX, True), (MAX, False)):  # entropy retrieves above it
+        body = {**q, "gate": "entropy", "gate-threshold": threshold}
+        assert api.post("/query", json=body).json()["answers"][0]["gate"]["retrieve"] is retrieve

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -107,6 +109,25 @@ def test_serve_binds_loopback_by_default(live: Served) -> None:
     assert live.url.startswith("http://127.0.0.1:")
     with urllib.request.urlopen(live.url + "/health", timeout=30) as reply:
         assert json.loads(reply.read())["status"] == "ready"
+
+
+def test_a_rebinding_request_is_refused_by_the_process(live: Served) -> None:
+    """The issue's request, through uvicorn: a page on attacker.example once the name points at 127.0.0.1."""
+    port = urllib.parse.urlsplit(live.url).port
+    body = json.dumps({"question": "Zorblat was born in [MASK]."})
+    replies = {}
+    for host in (f"attacker.example:{port}", f"localhost:{port}"):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            headers = {"Host": host, "Origin": f"http://{host}", "Content-Type": "application/json"}
+            conn.request("POST", "/query", body, headers)
+            reply = conn.getresponse()
+            replies[host.split(":")[0]] = (reply.status, json.loads(reply.read()))
+        finally:
+            conn.close()
+    assert replies["localhost"][0] == 200
+    status, answer = replies["attacker.example"]
+    assert status == 421 and "DNS rebinding" in answer["detail"]
 
 
 def test_query_server_prints_what_query_prints(

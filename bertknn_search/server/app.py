@@ -40,6 +40,7 @@ from bertknn_search.output import to_json
 from bertknn_search.records import Article, Question
 from bertknn_search.search import Searcher
 from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady, Stopping
+from bertknn_search.server.hosts import HostCheck, allowed_names
 from bertknn_search.server.limits import BodyLimit, one_line
 from bertknn_search.server.schemas import ArticlesRequest, QueryRequest
 from bertknn_search.server.writer import Writer
@@ -73,6 +74,7 @@ class ServerSettings:
         max_queue: questions waiting at most; more are refused (503).
         patience_s: how long a batch may wait for as many questions as the last one had; None: a quarter
             of the last pass, at most 0.25 s (see ``batcher``).
+        allowed_hosts: names requests may give in Host (and Origin) besides loopback ones (see ``hosts``).
     """
 
     config: Config
@@ -82,6 +84,7 @@ class ServerSettings:
     window_s: float = 0.005
     max_queue: int = 4096
     patience_s: float | None = None
+    allowed_hosts: tuple[str, ...] = ()
 
 
 def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] | None = None) -> FastAPI:
@@ -120,6 +123,8 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     app.state.batcher = batcher
     app.state.writer = writer
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    # Added last, so it runs first: a request for another host is refused before its body is read.
+    app.add_middleware(HostCheck, allowed=allowed_names(settings.allowed_hosts))
     _add_error_handlers(app)
     bearer = HTTPBearer(auto_error=False, description="The token in the server's --token-file.")
 

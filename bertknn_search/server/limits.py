@@ -48,7 +48,12 @@ class BodyLimit:
         return f"the body is larger than the server's limit of {self.max_bytes:,} bytes (--max-body-mb)"
 
     async def _refuse(self, send: Any) -> None:
-        body = json.dumps({"detail": self._message()}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await refuse(send, 413, self._message())
+
+
+async def refuse(send: Any, status: int, detail: str) -> None:
+    """Answer ``{"detail": "one line"}`` from a middleware, before the app (and its handlers) sees it."""
+    body = json.dumps({"detail": one_line(detail)}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import socket
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from bertknn_search.errors import BertKnnError, ConfigError
 from bertknn_search.server.app import ServerSettings, create_app
+from bertknn_search.server.hosts import allowed_names, is_loopback, is_wildcard, normalise
 
 log = logging.getLogger("bertknn_search.server")
 
@@ -49,21 +51,52 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings: ServerSettings, host: str, port: int) -> None:
+def exposed(settings: ServerSettings, host: str, open_writes: bool) -> ServerSettings:
+    """``settings`` for a server bound to ``host``: that address joins the allowed Host names (unless it
+    is 0.0.0.0 or ::, which name no host), once it is known that its writes are not open by mistake.
+
+    Loopback without a token stays open to the machine's own programs (``--token-file`` closes it to them
+    too); the Host check keeps web pages out. Another address without a token lets the network write,
+    which must be asked for.
+
+    Raises:
+        ConfigError: ``host`` is not loopback, with neither a token nor ``open_writes``.
+    """
+    names = allowed_names(settings.allowed_hosts)  # a bad --allowed-host fails before the bind
+    bound = normalise(host)
+    if bound is None:
+        raise ConfigError(f"--host {host!r} is not a host name or address")
+    if settings.token is None and not is_loopback(bound):
+        if not open_writes:
+            raise ConfigError(
+                f"--host {host} would let other machines add and delete articles: give --token-file"
+                " (writes then need its token), or --open-writes to let anyone who can reach it write"
+            )
+        log.warning(
+            "--open-writes: anyone who can reach %s may add and delete articles (no --token-file)", host
+        )
+    if is_wildcard(host):
+        log.info("requests from other machines must name this one by an --allowed-host (Host header)")
+    else:
+        names |= {bound}
+    return dataclasses.replace(settings, allowed_hosts=tuple(sorted(names)))
+
+
+def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = False) -> None:
     """Serve until SIGINT or SIGTERM; a write in progress then finishes before the process ends.
 
     Raises:
-        ConfigError: the address cannot be bound.
+        ConfigError: the address cannot be bound, or may not be without a token (see ``exposed``).
         BertKnnError: the model failed to load (the server stops at once).
     """
     import uvicorn
 
     _log_to_stderr()
+    settings = exposed(settings, host, open_writes)
     sock = listen(host, port)
     bound = sock.getsockname()[1]
     url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
     app = create_app(settings)
-    # No access log: a line per question would cost the batch path and bury what matters.
     batcher = app.state.batcher
 
     class Server(uvicorn.Server):
@@ -73,6 +106,7 @@ def serve(settings: ServerSettings, host: str, port: int) -> None:
             batcher.interrupt()
             super().handle_exit(sig, frame)  # type: ignore[arg-type]
 
+    # No access log: a line per question would cost the batch path and bury what matters.
     server = Server(uvicorn.Config(app, log_level="info", access_log=False, lifespan="on"))
 
     def announce() -> None:

@@ -16,7 +16,9 @@ MAX_ARTICLES = 10_000  # per add request; the body limit usually binds first
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Python's JSON parser reads NaN, Infinity and -Infinity, which pass every range check (NaN compares
+    # false with the bounds) and then switch retrieval off or empty a distribution: refused as 422.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class QuestionIn(Strict):
