@@ -166,8 +166,10 @@ class Searcher:
             cfg.budget_for(self.encoder.placement.device.type),
             self.hooks,
         )
-        self.backend.ensure_contexts(searched, plan)
-        coverage = self.backend.coverage(searched)
+        coverage: dict[str, Coverage] = {}
+        if searched:  # a batch the gate stopped whole asks nothing of the index
+            self.backend.ensure_contexts(searched, plan)
+            coverage = self.backend.coverage(searched)
         shared = (time.perf_counter() - start) / max(sum(go), 1)
         scored = []
         rows: Sequence[np.ndarray | None] = p_bert if p_bert is not None else [None] * len(states)
