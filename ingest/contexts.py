@@ -45,6 +45,55 @@ def maskable(word: str, policy: str) -> bool:
     return not (policy == "single-wordpiece-no-stopwords" and word.lower() in STOPWORDS)
 
 
+@dataclass(frozen=True)
+class RowTable:
+    """Every masked row of some articles, kept as where each mask goes rather than as model inputs.
+
+    A long article has a few hundred thousand rows; as model inputs (a window of its sentence each) they
+    would take gigabytes, so inputs are made only for the rows about to be encoded (``rows``). The
+    columns are parallel, one entry per row, in article, sentence, position order.
+    """
+
+    tokens: list[np.ndarray]  # per sentence (all articles' in order), its token ids
+    sentence_index: np.ndarray  # row -> index into ``tokens``
+    article: np.ndarray
+    sentence: np.ndarray  # within its article
+    position: np.ndarray  # of the masked token within its sentence's tokens
+    token_id: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    specials: tuple[int, int, int]  # cls, sep, mask
+    width: int  # tokens a window holds (the model's limit less [CLS] and [SEP])
+
+    def __len__(self) -> int:
+        return int(self.token_id.shape[0])
+
+    def rows(self, index: Sequence[int] | np.ndarray) -> list[MaskedRow]:
+        """The model inputs of rows ``index``: a window of the sentence with the word masked."""
+        cls_id, sep_id, mask_id = self.specials
+        width = self.width
+        out = []
+        for i in np.asarray(index, dtype=np.int64).tolist():
+            ids = self.tokens[self.sentence_index[i]]
+            pos = int(self.position[i])
+            lo = 0 if len(ids) <= width else min(max(pos - width // 2, 0), len(ids) - width)
+            window = ids[lo : lo + width].tolist()
+            window[pos - lo] = mask_id
+            out.append(
+                MaskedRow(
+                    int(self.article[i]),
+                    int(self.sentence[i]),
+                    [cls_id, *window, sep_id],
+                    pos - lo + 1,
+                    int(self.token_id[i]),
+                    int(self.start[i]),
+                    int(self.end[i]),
+                    len(ids) > width,
+                )
+            )
+        return out
+
+
 def make_rows(
     sentences: Sequence[Sequence[str]], encoder: Encoder, policy: str, max_length: int
 ) -> list[MaskedRow]:
@@ -60,34 +109,53 @@ def make_rows(
     Returns:
         Rows in article, sentence, position order.
     """
+    table = make_row_table(sentences, encoder, policy, max_length)
+    return table.rows(np.arange(len(table)))
+
+
+def make_row_table(
+    sentences: Sequence[Sequence[str]], encoder: Encoder, policy: str, max_length: int
+) -> RowTable:
+    """``make_rows``' rows as a ``RowTable``: the same rows, in the same order, without their inputs."""
     tok = encoder.tokenizer
-    cls_id, sep_id, mask_id, unk_id = tok.cls_token_id, tok.sep_token_id, tok.mask_token_id, tok.unk_token_id
-    width = max_length - 2
+    specials = (tok.cls_token_id, tok.sep_token_id, tok.mask_token_id)
     flat = [(a, s, text) for a, sents in enumerate(sentences) for s, text in enumerate(sents)]
-    if not flat:
-        return []
-    enc = tok([t for _, _, t in flat], add_special_tokens=False, return_offsets_mapping=True)
-    rows: list[MaskedRow] = []
-    for i, (a, s, text) in enumerate(flat):
-        ids: list[int] = enc["input_ids"][i]
-        offsets = enc["offset_mapping"][i]
-        word_ids = enc.word_ids(i)
-        counts: dict[int, int] = {}
-        for w in word_ids:
-            if w is not None:
-                counts[w] = counts.get(w, 0) + 1
-        for pos, (tid, w) in enumerate(zip(ids, word_ids)):
-            if w is None or counts[w] != 1 or tid == unk_id:
-                continue
-            start, end = offsets[pos]
-            if not maskable(text[start:end], policy):
-                continue
-            lo = 0 if len(ids) <= width else min(max(pos - width // 2, 0), len(ids) - width)
-            window = ids[lo : lo + width]
-            window = [*window[: pos - lo], mask_id, *window[pos - lo + 1 :]]
-            windowed = len(ids) > width
-            rows.append(MaskedRow(a, s, [cls_id, *window, sep_id], pos - lo + 1, tid, start, end, windowed))
-    return rows
+    columns: dict[str, list[int]] = {
+        n: [] for n in ("flat", "article", "sentence", "position", "token", "start", "end")
+    }
+    tokens: list[np.ndarray] = []
+    if flat:
+        enc = tok([t for _, _, t in flat], add_special_tokens=False, return_offsets_mapping=True)
+        for i, (a, s, text) in enumerate(flat):
+            ids: list[int] = enc["input_ids"][i]
+            tokens.append(np.asarray(ids, dtype=np.int32))
+            offsets = enc["offset_mapping"][i]
+            word_ids = enc.word_ids(i)
+            counts: dict[int, int] = {}
+            for w in word_ids:
+                if w is not None:
+                    counts[w] = counts.get(w, 0) + 1
+            for pos, (tid, w) in enumerate(zip(ids, word_ids)):
+                if w is None or counts[w] != 1 or tid == tok.unk_token_id:
+                    continue
+                start, end = offsets[pos]
+                if not maskable(text[start:end], policy):
+                    continue
+                for name, value in zip(columns, (i, a, s, pos, tid, start, end)):
+                    columns[name].append(value)
+    as_array = {n: np.asarray(v, dtype=np.int32) for n, v in columns.items()}
+    return RowTable(
+        tokens=tokens,
+        sentence_index=as_array["flat"],
+        article=as_array["article"],
+        sentence=as_array["sentence"],
+        position=as_array["position"],
+        token_id=as_array["token"],
+        start=as_array["start"],
+        end=as_array["end"],
+        specials=specials,
+        width=max_length - 2,
+    )
 
 
 def encode_rows(

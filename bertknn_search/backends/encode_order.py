@@ -29,7 +29,7 @@ def order_rows(
     question: str,
     subject: str | None,
     sentences: Sequence[str],
-    spans: Sequence[tuple[int, int, int]],
+    spans: np.ndarray | Sequence[tuple[int, int, int]],
     candidates: np.ndarray,
     strategy: str = "lexical",
 ) -> np.ndarray:
@@ -55,7 +55,7 @@ def order_rows(
     df = {w: sum(w in ws for ws in words) for w in asked}
     idf = {w: math.log(1 + len(sentences) / (1 + n)) for w, n in df.items() if n}
     sentence_score = np.array([sum(idf.get(w, 0.0) for w in ws & idf.keys()) for ws in words])
-    rows = np.array([spans[r] for r in candidates], dtype=np.int64).reshape(-1, 3)
+    rows = np.asarray(spans, dtype=np.int64).reshape(-1, 3)[candidates]
     score = sentence_score[rows[:, 0]]
     if strategy == "lexical":
         left, right = _neighbours(question)

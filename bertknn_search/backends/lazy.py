@@ -29,8 +29,10 @@ from bertknn_search.backends.memory_parts import MemoryParts
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder, check_precision
 from bertknn_search.errors import LazyIndexError
+from bertknn_search.ingest.contexts import RowTable
 from bertknn_search.records import (
     ArticleHit,
+    ContextBlock,
     Coverage,
     EncodedArticle,
     EncodeHooks,
@@ -52,6 +54,9 @@ FLUSH_S = 5.0
 # How a question's rows are ranked (encode_order.STRATEGIES); the benchmark compares them.
 ORDER = "lexical"
 ROWS_CACHED = 16  # articles whose split sentences and rows are kept between calls (long ones revisited)
+# A step without a front end waiting holds at most this many batches of rows: model inputs are made per
+# step, so a long article's encode holds a step's inputs, never the whole article's.
+STEP_BATCHES = 8
 
 
 class Store(Backend, ContextStore, Protocol):
@@ -64,7 +69,7 @@ class _Work:
 
     pending: PendingArticle
     sentences: list[str]
-    rows: list  # list[MaskedRow], every row of the article in make_rows order
+    rows: RowTable  # every row of the article, in make_rows order
     todo: np.ndarray  # row numbers not stored yet
 
     @property
@@ -90,7 +95,7 @@ class LazyDatastore:
         self.encoded_contexts = 0
         self.encoded_articles = 0
         self._touched: dict[str, float] = {}  # article id -> when this process last recorded a use
-        self._rows: OrderedDict[tuple[str, str], tuple[list[str], list]] = OrderedDict()
+        self._rows: OrderedDict[tuple[str, str], tuple[list[str], RowTable]] = OrderedDict()
         self._rate = 0.0  # rows per second of the last encoder step: sizes the next step
 
     @property
@@ -117,7 +122,7 @@ class LazyDatastore:
         ids = sorted(set(article_ids))
         plan = plan or EncodePlan()
         work = self._work(self.parts.unencoded(ids))
-        self._store_empty([w for w in work if not w.rows])
+        self._store_empty([w for w in work if not len(w.rows)])
         encoded = self._encode(work, self._choose(work, plan), plan) if work else 0
         self._touch(ids)
         if self.config.cache_size is not None and not self.store.read_only:
@@ -144,7 +149,7 @@ class LazyDatastore:
         return self.parts.coverage(article_ids)
 
     def _work(self, pending: Sequence[PendingArticle]) -> list[_Work]:
-        from bertknn_search.ingest.contexts import make_rows
+        from bertknn_search.ingest.contexts import make_row_table
         from bertknn_search.ingest.sentences import check_splitter, split_sentences
 
         if not pending:
@@ -158,7 +163,8 @@ class LazyDatastore:
             cached = self._rows.get(key)
             if cached is None:
                 sentences = p.sentences if p.sentences is not None else split_sentences(p.article.text)
-                cached = sentences, make_rows([sentences], self.encoder, meta.mask_policy, meta.max_length)
+                table = make_row_table([sentences], self.encoder, meta.mask_policy, meta.max_length)
+                cached = sentences, table
                 self._rows[key] = cached
                 while len(self._rows) > ROWS_CACHED:
                     self._rows.popitem(last=False)
@@ -179,7 +185,7 @@ class LazyDatastore:
             mine = [by_id[a] for a in focus.article_ids if a in by_id]
             asked.update(w.id for w in mine)
             ranked = [
-                (w.id, order_rows(focus.question, focus.subject, w.sentences, _spans(w), w.todo, ORDER))
+                (w.id, order_rows(focus.question, focus.subject, w.sentences, _spans(w.rows), w.todo, ORDER))
                 for w in mine
             ]
             for aid, rows in _best(ranked, plan.budget).items():
@@ -207,13 +213,13 @@ class LazyDatastore:
         try:
             while encoded < len(queue):
                 # Without a front end to let in between, one step is the whole selection (best batching).
-                size = len(queue) if hooks.between is None else self._step_rows(batch)
+                size = batch * STEP_BATCHES if hooks.between is None else self._step_rows(batch)
                 # In the article's order within a step, so that encoding an article whole batches its
                 # rows as ingest does (what is encoded first is decided by which rows a step holds).
                 step = sorted(queue[encoded : encoded + size])
                 began = time.monotonic()
                 vectors = encode_rows(
-                    [by_id[a].rows[r] for a, r in step],
+                    [row for a, r in step for row in by_id[a].rows.rows([r])],
                     self.encoder,
                     batch,
                     _told(hooks, encoded, len(queue), titles, total, started),
@@ -239,24 +245,20 @@ class LazyDatastore:
 
     def _store(self, by_id: Mapping[str, _Work], done: Mapping[str, list[tuple[int, np.ndarray]]]) -> None:
         """Write what was encoded: one transaction, each article as a part, or whole if all of it."""
-        from bertknn_search.ingest.contexts import build_blocks
-
         items = []
         for aid, encoded in done.items():
             w = by_id[aid]
             encoded.sort(key=lambda rv: rv[0])
             rows = np.array([r for r, _ in encoded], dtype=np.int64)
-            vectors = np.stack([v for _, v in encoded])
-            (block,) = build_blocks(
-                [w.pending.article], [w.sentences], [w.rows[r] for r in rows], vectors, self.config
-            )
+            block = _block(w, rows, np.stack([v for _, v in encoded]))
             whole = w.pending.done.size == 0 and rows.size == len(w.rows)
             # The stored fingerprint, not one recomputed here: put_contexts stores an article only while
             # it still holds the text that was encoded, which is what this fingerprint names.
             items.append(
-                dataclasses.replace(
+                EncodedArticle(
+                    w.pending.article,
                     block,
-                    fingerprint=w.pending.fingerprint,
+                    w.pending.fingerprint,
                     rows=None if whole else rows,
                     total=None if whole else len(w.rows),
                 )
@@ -358,8 +360,21 @@ def _told(
     return told
 
 
-def _spans(work: _Work) -> list[tuple[int, int, int]]:
-    return [(r.sentence, r.start, r.end) for r in work.rows]
+def _spans(table: RowTable) -> np.ndarray:
+    return np.stack([table.sentence, table.start, table.end], axis=1)
+
+
+def _block(work: _Work, rows: np.ndarray, vectors: np.ndarray) -> ContextBlock:
+    """The contexts of ``rows`` of an article (what ``build_blocks`` makes, from the row table)."""
+    table = work.rows
+    return ContextBlock(
+        sentences=list(work.sentences),
+        vectors=vectors.astype(np.float16, copy=False),
+        token_ids=table.token_id[rows],
+        sentence_ids=table.sentence[rows],
+        starts=table.start[rows],
+        ends=table.end[rows],
+    )
 
 
 def _best(ranked: Sequence[tuple[str, np.ndarray]], budget: int) -> dict[str, np.ndarray]:
