@@ -45,6 +45,9 @@ def maskable(word: str, policy: str) -> bool:
     return not (policy == "single-wordpiece-no-stopwords" and word.lower() in STOPWORDS)
 
 
+TOKENIZE_SENTENCES = 512  # sentences tokenised at once by make_row_table
+
+
 @dataclass(frozen=True)
 class RowTable:
     """Every masked row of some articles, kept as where each mask goes rather than as model inputs.
@@ -118,15 +121,16 @@ def make_row_table(
 ) -> RowTable:
     """``make_rows``' rows as a ``RowTable``: the same rows, in the same order, without their inputs."""
     tok = encoder.tokenizer
-    specials = (tok.cls_token_id, tok.sep_token_id, tok.mask_token_id)
     flat = [(a, s, text) for a, sents in enumerate(sentences) for s, text in enumerate(sents)]
-    columns: dict[str, list[int]] = {
-        n: [] for n in ("flat", "article", "sentence", "position", "token", "start", "end")
-    }
     tokens: list[np.ndarray] = []
-    if flat:
-        enc = tok([t for _, _, t in flat], add_special_tokens=False, return_offsets_mapping=True)
-        for i, (a, s, text) in enumerate(flat):
+    parts: list[np.ndarray] = []
+    # Tokenised a slice at a time: the tokenizer's output for a whole long article is most of its cost
+    # in memory, and only the token ids and the rows' columns are kept.
+    for lo in range(0, len(flat), TOKENIZE_SENTENCES):
+        piece = flat[lo : lo + TOKENIZE_SENTENCES]
+        enc = tok([t for _, _, t in piece], add_special_tokens=False, return_offsets_mapping=True)
+        found: list[tuple[int, ...]] = []
+        for i, (a, s, text) in enumerate(piece):
             ids: list[int] = enc["input_ids"][i]
             tokens.append(np.asarray(ids, dtype=np.int32))
             offsets = enc["offset_mapping"][i]
@@ -139,21 +143,20 @@ def make_row_table(
                 if w is None or counts[w] != 1 or tid == tok.unk_token_id:
                     continue
                 start, end = offsets[pos]
-                if not maskable(text[start:end], policy):
-                    continue
-                for name, value in zip(columns, (i, a, s, pos, tid, start, end)):
-                    columns[name].append(value)
-    as_array = {n: np.asarray(v, dtype=np.int32) for n, v in columns.items()}
+                if maskable(text[start:end], policy):
+                    found.append((lo + i, a, s, pos, tid, start, end))
+        parts.append(np.asarray(found, dtype=np.int32).reshape(-1, 7))
+    columns = np.concatenate(parts) if parts else np.zeros((0, 7), np.int32)
     return RowTable(
         tokens=tokens,
-        sentence_index=as_array["flat"],
-        article=as_array["article"],
-        sentence=as_array["sentence"],
-        position=as_array["position"],
-        token_id=as_array["token"],
-        start=as_array["start"],
-        end=as_array["end"],
-        specials=specials,
+        sentence_index=columns[:, 0].copy(),
+        article=columns[:, 1].copy(),
+        sentence=columns[:, 2].copy(),
+        position=columns[:, 3].copy(),
+        token_id=columns[:, 4].copy(),
+        start=columns[:, 5].copy(),
+        end=columns[:, 6].copy(),
+        specials=(tok.cls_token_id, tok.sep_token_id, tok.mask_token_id),
         width=max_length - 2,
     )
 
