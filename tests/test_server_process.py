@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -271,3 +272,50 @@ def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact]
         print(f"screenshot: {shot}")
     finally:
         driver.quit()
+
+
+def test_sigterm_during_a_cold_encode_stops_within_seconds_and_keeps_whole_parts(
+    base_config: Config, tmp_path: Path
+) -> None:
+    from bertknn_search.ingest.pipeline import ingest
+    from bertknn_search.records import Article
+
+    rng = random.Random(1)
+    text = "\n".join(
+        " ".join(" ".join(rng.choices(FILLER, k=14)).capitalize() + "." for _ in range(8)) for _ in range(600)
+    )
+    index = tmp_path / "lazy"
+    ingest(
+        [Article("long", "Long Town", text)],
+        base_config.replace(index=index, contexts="lazy"),
+        progress=False,
+    )
+    served = serve(index)
+    reply: list[Any] = []
+
+    def ask() -> None:
+        try:
+            body = {"question": "Long Town lies on the [MASK].", "subject": "Long Town", "exact": True}
+            reply.append(post(served.url + "/query", body))
+        except OSError as exc:  # the connection closed as the server stopped
+            reply.append(exc)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    served.wait_for("encoding ", timeout=60)
+    stopped = time.monotonic()
+    served.proc.send_signal(signal.SIGTERM)
+    code = served.proc.wait(timeout=60)
+    took = time.monotonic() - stopped
+    asker.join(timeout=30)
+    log = "".join(served.log)
+    assert code in (0, -signal.SIGTERM) and took < 5, (took, log)
+    assert reply and (isinstance(reply[0], OSError) or reply[0][0] == 503), (reply, log)
+    backend = open_backend(base_config.replace(index=index, contexts="lazy"))
+    try:
+        coverage = backend.coverage(["long"]).get("long")
+        stats = backend.stats()
+        # What was encoded before the stop is stored, in whole parts, and not the whole article.
+        assert coverage is None or (coverage.encoded == stats.partial_contexts and not coverage.complete)
+    finally:
+        backend.close()

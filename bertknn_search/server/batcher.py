@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from bertknn_search.config import Config
 from bertknn_search.errors import BertKnnError
-from bertknn_search.records import Answer, EncodeHooks, EncodePlan, Question
+from bertknn_search.records import Answer, EncodeHooks, EncodePlan, EncodeProgress, Question
 from bertknn_search.search import Searcher
 
 log = logging.getLogger("bertknn_search.server")
@@ -78,6 +78,7 @@ PATIENCE_FRACTION = 0.25
 MAX_PATIENCE_S = 0.25
 # Idle work: contexts of partly encoded articles encoded per call, between looks at the queue.
 IDLE_CONTEXTS = 64
+LOG_EVERY_S = 10.0
 
 
 class MicroBatcher:
@@ -116,7 +117,8 @@ class MicroBatcher:
         self._stopping = threading.Event()
         self._nested = False  # answering questions between the steps of a cold encode
         self._idle_work = True  # partly encoded articles may be left: look when the queue is empty
-        self._hooks = EncodeHooks(between=self._between)
+        self._hooks = EncodeHooks(between=self._between, progress=self._log_encoding)
+        self._logged = (0.0, 0)  # when the encoding log was last written, and of which call
         self.encoded_idle = 0  # contexts encoded while no question waited
 
     # -- the request side ---------------------------------------------------------------------------
@@ -230,6 +232,23 @@ class MicroBatcher:
             return 0
         self.encoded_idle += done
         return done
+
+    def _log_encoding(self, progress: EncodeProgress) -> None:
+        """What the model is encoding, in the log: once as a call starts, then every ``LOG_EVERY_S``."""
+        now = time.monotonic()
+        call = hash(progress.titles)  # idle work on one article is one story, told every LOG_EVERY_S
+        if call == self._logged[1] and now - self._logged[0] < LOG_EVERY_S and progress.done < progress.todo:
+            return
+        self._logged = (now, call)
+        names = ", ".join(repr(t) for t in progress.titles[:3]) + (" ..." if len(progress.titles) > 3 else "")
+        log.info(
+            "encoding %s of %s contexts of %s: %s done in %.0f s",
+            f"{progress.todo:,}",
+            f"{progress.total:,}",
+            names,
+            f"{progress.done:,}",
+            progress.seconds,
+        )
 
     def _between(self) -> None:
         """Between two encoder steps: stop if the server is stopping, else answer who is waiting."""
