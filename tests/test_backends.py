@@ -315,3 +315,33 @@ def _encoded(searcher: Searcher, todo: list[tuple[Any, str]], config: Config) ->
     rows = make_rows(sentences, searcher.encoder, config.mask_policy, config.max_length)
     blocks = build_blocks(articles, sentences, rows, encode_rows(rows, searcher.encoder, 32), config)
     return [replace(b, fingerprint=fp) for b, (_, fp) in zip(blocks, todo)]
+
+
+@pytest.mark.opensearch
+def test_partial_answers_grow_alike_on_both_backends(
+    base_config: Config, opensearch_config: Config, corpus: Path, facts: list[Fact], tmp_path: Path
+) -> None:
+    """A budget encodes the same rows on both backends, their coverage grows alike to the whole article."""
+    embedded_config = base_config.replace(index=tmp_path / "lazy", contexts="lazy", budget=7)
+    opensearch_lazy = opensearch_config.replace(contexts="lazy", budget=7)
+    for config in (embedded_config, opensearch_lazy):
+        ingest(corpus, config, progress=False)
+    q = Question(f"{facts[0].person.title()} was born in [MASK].", facts[0].person.title())
+    embedded, opensearch = Searcher.open(embedded_config), Searcher.open(opensearch_lazy)
+    try:
+        for _ in range(10):
+            (a,), (b,) = embedded.score_batch([q]), opensearch.score_batch([q])
+            assert a.coverage == b.coverage and a.coverage, (a.coverage, b.coverage)
+            e, o = embedded.backend.stats(), opensearch.backend.stats()
+            assert (e.partial_articles, e.partial_contexts) == (o.partial_articles, o.partial_contexts)
+            assert_same(a, b, q.text, rtol=1e-4)
+            if all(c.complete for c in a.coverage.values()):
+                break
+        assert all(c.complete for c in b.coverage.values())
+        store = opensearch.backend.store  # type: ignore[attr-defined]
+        count = store.client.count(index=store.names["contexts"])["count"]
+        assert count == embedded.backend.stats().contexts == sum(c.total for c in b.coverage.values())
+        assert opensearch.backend.stats().encoded_articles == 1
+    finally:
+        embedded.close()
+        opensearch.close()

@@ -541,7 +541,7 @@ class OpenSearchBackend:
         return out
 
     def stats(self) -> IndexStats:
-        body = bodies.stats_body()
+        body = bodies.stats_body(self._has_parts)
         counts = self._call(
             "count articles", lambda: self.client.search(index=self.names["articles"], body=body)
         )
@@ -552,6 +552,7 @@ class OpenSearchBackend:
         aggs = counts["aggregations"]
         held = store["indices"].get(self.names["contexts"], {}).get("total", {}).get("store", {})
         contexts = int(aggs["contexts"]["value"] or 0)
+        partial_contexts = int(aggs.get("partial_contexts", {}).get("value") or 0)
         chars, encoded_chars = aggs["chars"]["value"] or 0, aggs["encoded_chars"]["chars"]["value"] or 0
         estimate = extrapolate(contexts, chars, encoded_chars, self._meta)
         return IndexStats(
@@ -559,12 +560,14 @@ class OpenSearchBackend:
             location=self.location,
             articles=int(counts["hits"]["total"]["value"]),
             sentences=int(aggs["sentences"]["value"] or 0),
-            contexts=int(aggs["contexts"]["value"] or 0),
+            contexts=contexts + partial_contexts,
             bytes_on_disk=int(store["_all"]["total"]["store"]["size_in_bytes"]),
             meta=self._meta,
             encoded_articles=int(aggs["encoded"]["value"] or 0),
             context_bytes=int(held.get("size_in_bytes", 0)),
-            estimated_contexts=estimate,
+            estimated_contexts=max(estimate, contexts + partial_contexts),
+            partial_articles=int(aggs.get("partial", {}).get("value") or 0),
+            partial_contexts=partial_contexts,
         )
 
     def close(self) -> None:

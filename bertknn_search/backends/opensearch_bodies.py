@@ -294,22 +294,28 @@ def knn_approx_body(vector: np.ndarray, k: int) -> dict[str, Any]:
     }
 
 
-def stats_body() -> dict[str, Any]:
-    """Article count and the summed sentence and context counts of the article docs."""
-    return {
-        "size": 0,
-        "track_total_hits": True,
-        "aggs": {
-            "sentences": {"sum": {"field": "n_sentences"}},
-            "contexts": {"sum": {"field": "n_contexts"}},
-            "encoded": {"value_count": {"field": "encoded"}},
-            "chars": {"sum": {"field": "n_chars"}},
-            "encoded_chars": {
-                "filter": {"range": {"n_contexts": {"gt": 0}}},
-                "aggs": {"chars": {"sum": {"field": "n_chars"}}},
-            },
+def stats_body(parts: bool = False) -> dict[str, Any]:
+    """Article count and the summed sentence and context counts of the article docs.
+
+    Args:
+        parts: the mapping has the part fields: count partly encoded articles and their contexts too.
+    """
+    aggs: dict[str, Any] = {
+        "sentences": {"sum": {"field": "n_sentences"}},
+        "contexts": {"sum": {"field": "n_contexts"}},
+        "encoded": {"value_count": {"field": "encoded"}},
+        "chars": {"sum": {"field": "n_chars"}},
+        "encoded_chars": {
+            "filter": {"range": {"n_contexts": {"gt": 0}}},
+            "aggs": {"chars": {"sum": {"field": "n_chars"}}},
         },
     }
+    if parts:
+        aggs |= {
+            "partial": {"value_count": {"field": "partial"}},
+            "partial_contexts": {"sum": {"field": "n_done"}},
+        }
+    return {"size": 0, "track_total_hits": True, "aggs": aggs}
 
 
 # The key of ``_meta`` that holds an index's own settings while a bulk load has changed them. It is
