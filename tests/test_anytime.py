@@ -256,3 +256,27 @@ def test_post_articles_refuses_an_article_over_the_cli_limit(lazy_copy: Config) 
         assert check.backend.fingerprints(["big"]) == {}
     finally:
         check.close()
+
+
+def test_the_cli_takes_budget_and_exact_and_says_when_an_answer_is_partial(
+    lazy_copy: Config,  # noqa: F811
+    facts: list[Fact],
+) -> None:
+    from click.testing import CliRunner
+
+    from bertknn_search.cli import main
+
+    q = own_question(facts[7])
+    common = ["query", q.text, "--subject", q.subject or "", "--index", str(lazy_copy.index)]
+    runner = CliRunner()
+    text = runner.invoke(main, [*common, "--budget", str(BUDGET)])
+    assert text.exit_code == 0, text.output
+    assert f"partial answer: contexts encoded so far of {q.subject!r} {BUDGET} of" in text.output
+    grown = json.loads(runner.invoke(main, [*common, "--budget", str(BUDGET), "--json"]).output)
+    (cov,) = grown["coverage"].values()
+    assert grown["partial"] and cov["encoded"] == 2 * BUDGET  # each question encodes its budget more
+    exact = runner.invoke(main, [*common, "--exact", "--json"])
+    data = json.loads(exact.output)
+    assert not data["partial"] and [c["encoded"] for c in data["coverage"].values()] == [cov["total"]]
+    refused = runner.invoke(main, [*common, "--budget", "0"])
+    assert refused.exit_code == 2 and "--budget" in refused.output
