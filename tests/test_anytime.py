@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertknn_search.backends import sqlite_file
-from bertknn_search.backends.encode_order import order_rows
+from bertknn_search.backends.encode_order import Lexicon, order_rows
 from bertknn_search.backends.lazy import LazyDatastore
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
@@ -149,12 +149,15 @@ def test_rows_most_like_the_question_come_first() -> None:
     ]
     # (sentence, start, end) of every row: every word of every sentence.
     spans = [(s, m.start(), m.end()) for s, text in enumerate(sentences) for m in _words(text)]
-    ranked = order_rows("Zorblat was born in [MASK].", "Zorblat", sentences, spans, np.arange(len(spans)))
+    lexicon = Lexicon.of(sentences, np.array(spans))
+    everything = np.arange(len(spans))
+    ranked = order_rows("Zorblat was born in [MASK].", "Zorblat", lexicon, everything, "lexical")
     first = spans[ranked[0]]
     assert sentences[first[0]][first[1] : first[2]] == "Farrowby"  # the born sentence, after "in"
-    assert order_rows("x [MASK].", None, sentences, spans, np.arange(len(spans)), "lead").tolist() == list(
-        range(len(spans))
-    )
+    assert order_rows("x [MASK].", None, lexicon, everything[::-1], "lead").tolist() == everything.tolist()
+    mixed = order_rows("Zorblat was born in [MASK].", "Zorblat", lexicon, everything, "mixed")
+    # In turn: the article's first row, then the lexical best, then the article's second, ...
+    assert mixed[:2].tolist() == [0, ranked[0]] and sorted(mixed.tolist()) == everything.tolist()
 
 
 def _words(text: str):  # type: ignore[no-untyped-def]

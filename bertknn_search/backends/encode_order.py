@@ -1,10 +1,16 @@
 """Which contexts of a cold article a question needs first, so that a budget of them answers it.
 
-A question searches the k contexts nearest its own [MASK], and those are the contexts whose sentences
-read most like it: sentences that share its rarer words ("born", the subject's name), at a word that
-stands where its [MASK] stands (after "in", before "."). Ranking an article's rows by that, lexically and
-before any encoding, lets the first few hundred of thousands of contexts give the exact answer most of
-the time (``benchmarks/bench_anytime.py`` measures how often, and chose these weights).
+A question searches the k contexts nearest its own [MASK]. Two cheap, lexical guesses at where those
+are, before anything is encoded:
+
+- **lead**: the article's own order. An article's first sentences say what it is about, and the words a
+  question about its subject is answered with (the subject's own name, its kind, its place) are there;
+- **lexical**: sentences that share the question's and the subject's rarer words (idf within the
+  article), and in them the words that stand where the [MASK] stands (the same word before, the same
+  after);
+- **mixed** (the default): the two taken in turn, so that half the budget goes to each.
+
+``benchmarks/bench_anytime.py`` measures how often each gives the exact answer's top-1 at each budget.
 """
 
 from __future__ import annotations
@@ -12,68 +18,105 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from bertknn_search.encoder import MASK
 from bertknn_search.stopwords import STOPWORDS
 
-STRATEGIES = ("lexical", "sentence", "lead")
+STRATEGIES = ("mixed", "lexical", "sentence", "lead")
 # A row whose neighbouring word matches the [MASK]'s counts like a sentence sharing one rare word more.
 NEIGHBOUR_WEIGHT = 1.0
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _WORD = re.compile(r"\w+")
 
 
+@dataclass(frozen=True)
+class Lexicon:
+    """What ranking needs of an article, computed once per article and reused by every question.
+
+    Attributes:
+        words: per sentence, its lowercased words.
+        sentence: per row, its sentence.
+        before, after: per row, the token just before and after its word (lowercased; "" at an edge).
+    """
+
+    words: list[frozenset[str]]
+    sentence: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+
+    @classmethod
+    def of(cls, sentences: Sequence[str], spans: np.ndarray) -> Lexicon:
+        """The lexicon of an article from its sentences and its rows' (sentence, start, end)."""
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 3)
+        before, after = [], []
+        for s, start, end in spans.tolist():
+            text = sentences[s]
+            left = _TOKEN.findall(text[max(start - 40, 0) : start].lower())
+            right = _TOKEN.findall(text[end : end + 40].lower())
+            before.append(left[-1] if left else "")
+            after.append(right[0] if right else "")
+        return cls(
+            words=[frozenset(_WORD.findall(s.lower())) for s in sentences],
+            sentence=spans[:, 0],
+            before=np.array(before, dtype=object),
+            after=np.array(after, dtype=object),
+        )
+
+
 def order_rows(
-    question: str,
-    subject: str | None,
-    sentences: Sequence[str],
-    spans: np.ndarray | Sequence[tuple[int, int, int]],
-    candidates: np.ndarray,
-    strategy: str = "lexical",
+    question: str, subject: str | None, lexicon: Lexicon, candidates: np.ndarray, strategy: str = "mixed"
 ) -> np.ndarray:
     """``candidates`` (row numbers) best first for ``question``.
 
     Args:
         question: the question, with its [MASK].
         subject: its subject, whose words count as the question's.
-        sentences: the article's sentences.
-        spans: for every row of the article, (sentence, start, end) of its masked word.
+        lexicon: the article's (``Lexicon.of``).
         candidates: the row numbers to order.
-        strategy: "lexical" (shared rare words, then the mask's neighbours), "sentence" (shared rare
-            words only) or "lead" (the article's order).
+        strategy: one of ``STRATEGIES``.
 
     Returns:
         The candidates, best first; ties keep the article's order.
     """
-    candidates = np.asarray(candidates, dtype=np.int64)
+    candidates = np.sort(np.asarray(candidates, dtype=np.int64))
     if strategy == "lead" or candidates.size == 0:
-        return np.sort(candidates)
-    words = [set(_WORD.findall(s.lower())) for s in sentences]
+        return candidates
+    if strategy == "mixed":
+        return _alternate(candidates, order_rows(question, subject, lexicon, candidates, "lexical"))
     asked = _content_words(question.replace(MASK, " ")) | _content_words(subject or "")
-    df = {w: sum(w in ws for ws in words) for w in asked}
-    idf = {w: math.log(1 + len(sentences) / (1 + n)) for w, n in df.items() if n}
-    sentence_score = np.array([sum(idf.get(w, 0.0) for w in ws & idf.keys()) for ws in words])
-    rows = np.asarray(spans, dtype=np.int64).reshape(-1, 3)[candidates]
-    score = sentence_score[rows[:, 0]]
+    df = {w: sum(w in ws for ws in lexicon.words) for w in asked}
+    idf = {w: math.log(1 + len(lexicon.words) / (1 + n)) for w, n in df.items() if n}
+    sentence_score = np.array([sum(idf.get(w, 0.0) for w in ws & idf.keys()) for ws in lexicon.words])
+    score = sentence_score[lexicon.sentence[candidates]] if len(lexicon.words) else np.zeros(len(candidates))
     if strategy == "lexical":
         left, right = _neighbours(question)
-        for i, (s, start, end) in enumerate(rows):
-            text = sentences[s]
-            before, after = _TOKEN.findall(text[:start].lower()), _TOKEN.findall(text[end:].lower())
-            hits = (bool(before) and before[-1] == left) + (bool(after) and after[0] == right)
-            score[i] += NEIGHBOUR_WEIGHT * hits
-    order = np.lexsort((candidates, -score))
-    return candidates[order]
+        score = score + NEIGHBOUR_WEIGHT * (
+            (lexicon.before[candidates] == left).astype(float) + (lexicon.after[candidates] == right)
+        )
+    return candidates[np.lexsort((candidates, -score))]
+
+
+def _alternate(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Both orders taken in turn, each row once: a budget spends half on each order's best."""
+    out: list[int] = []
+    seen: set[int] = set()
+    for pair in zip(first.tolist(), second.tolist()):
+        for row in pair:
+            if row not in seen:
+                seen.add(row)
+                out.append(row)
+    return np.array(out, dtype=np.int64)
 
 
 def _content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in STOPWORDS}
 
 
-def _neighbours(question: str) -> tuple[str | None, str | None]:
-    """The tokens just before and after the question's [MASK] (lowercased)."""
+def _neighbours(question: str) -> tuple[str, str]:
+    """The tokens just before and after the question's [MASK] (lowercased; "" at an edge)."""
     before, _, after = question.partition(MASK)
     left, right = _TOKEN.findall(before.lower()), _TOKEN.findall(after.lower())
-    return (left[-1] if left else None), (right[0] if right else None)
+    return (left[-1] if left else ""), (right[0] if right else "")

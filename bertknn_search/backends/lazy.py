@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from bertknn_search.backends.base import Backend, ContextStore
-from bertknn_search.backends.encode_order import order_rows
+from bertknn_search.backends.encode_order import Lexicon, order_rows
 from bertknn_search.backends.memory_parts import MemoryParts
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder, check_precision
@@ -52,7 +52,7 @@ STEP_S = 0.1
 # transaction, so a kill loses at most this much work and never leaves a part half-written.
 FLUSH_S = 5.0
 # How a question's rows are ranked (encode_order.STRATEGIES); the benchmark compares them.
-ORDER = "lexical"
+ORDER = "mixed"
 ROWS_CACHED = 16  # articles whose split sentences and rows are kept between calls (long ones revisited)
 # A step without a front end waiting holds at most this many batches of rows: model inputs are made per
 # step, so a long article's encode holds a step's inputs, never the whole article's.
@@ -64,13 +64,36 @@ class Store(Backend, ContextStore, Protocol):
 
 
 @dataclass
+class _Article:
+    """What encoding an article needs, kept between calls: its sentences, rows and their lexicon."""
+
+    sentences: list[str]
+    rows: RowTable  # every row of the article, in make_rows order
+    _lexicon: Lexicon | None = None
+
+    @property
+    def lexicon(self) -> Lexicon:
+        if self._lexicon is None:  # only a budget ranks rows; exact and idle work never need it
+            spans = np.stack([self.rows.sentence, self.rows.start, self.rows.end], axis=1)
+            self._lexicon = Lexicon.of(self.sentences, spans)
+        return self._lexicon
+
+
+@dataclass
 class _Work:
     """One article being encoded: its rows, which are stored, and what this call encodes of it."""
 
     pending: PendingArticle
-    sentences: list[str]
-    rows: RowTable  # every row of the article, in make_rows order
+    article: _Article
     todo: np.ndarray  # row numbers not stored yet
+
+    @property
+    def sentences(self) -> list[str]:
+        return self.article.sentences
+
+    @property
+    def rows(self) -> RowTable:
+        return self.article.rows
 
     @property
     def id(self) -> str:
@@ -95,7 +118,7 @@ class LazyDatastore:
         self.encoded_contexts = 0
         self.encoded_articles = 0
         self._touched: dict[str, float] = {}  # article id -> when this process last recorded a use
-        self._rows: OrderedDict[tuple[str, str], tuple[list[str], RowTable]] = OrderedDict()
+        self._rows: OrderedDict[tuple[str, str], _Article] = OrderedDict()
         self._rate = 0.0  # rows per second of the last encoder step: sizes the next step
 
     @property
@@ -164,14 +187,13 @@ class LazyDatastore:
             if cached is None:
                 sentences = p.sentences if p.sentences is not None else split_sentences(p.article.text)
                 table = make_row_table([sentences], self.encoder, meta.mask_policy, meta.max_length)
-                cached = sentences, table
+                cached = _Article(sentences, table)
                 self._rows[key] = cached
                 while len(self._rows) > ROWS_CACHED:
                     self._rows.popitem(last=False)
             self._rows.move_to_end(key)
-            sentences, rows = cached
-            todo = np.setdiff1d(np.arange(len(rows)), p.done)
-            out.append(_Work(p, sentences, rows, todo))
+            todo = np.setdiff1d(np.arange(len(cached.rows)), p.done)
+            out.append(_Work(p, cached, todo))
         return out
 
     def _choose(self, work: Sequence[_Work], plan: EncodePlan) -> dict[str, np.ndarray]:
@@ -185,7 +207,7 @@ class LazyDatastore:
             mine = [by_id[a] for a in focus.article_ids if a in by_id]
             asked.update(w.id for w in mine)
             ranked = [
-                (w.id, order_rows(focus.question, focus.subject, w.sentences, _spans(w.rows), w.todo, ORDER))
+                (w.id, order_rows(focus.question, focus.subject, w.article.lexicon, w.todo, ORDER))
                 for w in mine
             ]
             for aid, rows in _best(ranked, plan.budget).items():
@@ -358,10 +380,6 @@ def _told(
         report(EncodeProgress(done, todo, titles, time.monotonic() - started, total))
 
     return told
-
-
-def _spans(table: RowTable) -> np.ndarray:
-    return np.stack([table.sentence, table.start, table.end], axis=1)
 
 
 def _block(work: _Work, rows: np.ndarray, vectors: np.ndarray) -> ContextBlock:
