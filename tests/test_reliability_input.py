@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 
 from bertknn_search.cli import main
 from bertknn_search.config import Config
+from bertknn_search.errors import ConfigError
 from bertknn_search.ingest import readers
 from bertknn_search.ingest.pipeline import add_articles, ingest
 
@@ -70,33 +71,56 @@ def test_an_empty_title_is_refused(base_config: Config, tmp_path: Path) -> None:
     )
 
 
-def test_an_article_past_the_size_limit_is_one_line(
-    base_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The real limit is 2 MiB; a small one keeps the test fast (raising=False: older code had none).
-    monkeypatch.setattr(readers, "MAX_ARTICLE_CHARS", 10_000, raising=False)
-    text = "Zorblat was a poet. " * 600  # 12,000 characters
-    path = jsonl(tmp_path / "huge.jsonl", [{"id": 1, "title": "Huge", "text": text}])
-    line = one_line_error(
-        CliRunner().invoke(main, ingest_args(path, tmp_path / "i", base_config.model, "--device", "cpu"))
+def test_an_article_past_the_size_limit_is_skipped_with_one_line(base_config: Config, tmp_path: Path) -> None:
+    rows = [
+        {"id": 1, "title": "Before", "text": "Zorblat was a poet."},
+        {"id": 2, "title": "Huge", "text": "Zorblat was a poet. " * 600},  # 12,000 characters
+        {"id": 3, "title": "After", "text": "Mirvane was a poet."},
+    ]
+    path = jsonl(tmp_path / "huge.jsonl", rows)
+    args = ingest_args(path, tmp_path / "i", base_config.model, "--device", "cpu", "--json")
+    result = CliRunner().invoke(main, [*args, "--max-article-bytes", "10000"])
+    assert result.exit_code == 0, result.output
+    size = len(json.dumps(rows[1])) + 1  # the line as read, with its end
+    assert result.stderr.splitlines() == [
+        f"warning: {path}: line 2 holds {size:,} bytes, more than the 10,000 one article may hold"
+        " (--max-article-bytes): skipped"
+    ]
+    summary = json.loads(result.stdout)
+    assert (summary["articles"], summary["too_large"]) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("size", "why"),
+    [("0", "must be more than 0 bytes"), ("lots", "is not a size; write e.g. 20GB, 500MB or 1.5GiB")],
+)
+def test_a_bad_max_article_bytes_is_refused(base_config: Config, tmp_path: Path, size: str, why: str) -> None:
+    path = jsonl(tmp_path / "a.jsonl", [{"id": 1, "title": "A", "text": "Zorblat was a poet."}])
+    result = CliRunner().invoke(
+        main, [*ingest_args(path, tmp_path / "i", base_config.model), "--max-article-bytes", size]
     )
-    assert line == (
-        f"Error: {path}: line 1 ('Huge') holds 12,000 characters; one article may hold at most 10,000"
-        " (Wikipedia's own page limit): split it into several articles"
-    )
+    assert result.exit_code == 2  # a bad flag, as any other
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: Invalid value for '--max-article-bytes': {size!r} {why}"]
+    with pytest.raises(ConfigError, match="--max-article-bytes must be more than 0 bytes, got 0"):
+        base_config.replace(max_article_bytes=0)
 
 
 def test_the_size_limit_is_wikipedias_and_is_checked_before_markup_is_parsed(tmp_path: Path) -> None:
-    assert readers.MAX_ARTICLE_CHARS == 2 * 1024 * 1024
-    wikitext = "{{a}}" * (readers.MAX_ARTICLE_CHARS // 5 + 1)  # all markup: nothing left once parsed
+    assert readers.MAX_ARTICLE_BYTES == Config().max_article_bytes == 2 * 1024 * 1024
+    wikitext = "{{a}}" * (readers.MAX_ARTICLE_BYTES // 5 + 1)  # all markup: nothing left once parsed
     dump = tmp_path / "dump.xml"
     dump.write_text(
         f"<mediawiki><page><title>Big</title><ns>0</ns><id>7</id><revision><text>{wikitext}</text>"
         "</revision></page></mediawiki>",
         encoding="utf-8",
     )
-    with pytest.raises(readers.InputFormatError, match=r"page 7 \('Big'\) holds 2,097,155 characters"):
-        list(readers.read_articles(dump))
+    skipped: list[str] = []
+    assert list(readers.read_articles(dump, on_skip=skipped.append)) == []
+    assert skipped == [
+        f"{dump}: page 7 ('Big') holds 2,097,155 bytes, more than the 2,097,152 one article may hold"
+        " (--max-article-bytes): skipped"
+    ]
 
 
 # --- what the user types -------------------------------------------------------------------------------
