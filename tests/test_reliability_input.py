@@ -3,12 +3,20 @@ ends in one line, and what an ingest reports (counts, progress) is right."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import os
+import re
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from click.testing import CliRunner, Result
@@ -305,3 +313,180 @@ def test_without_progress_nothing_is_printed(
 ) -> None:
     ingest(corpus, base_config.replace(index=tmp_path / "i"), progress=False)
     assert capsys.readouterr().err == ""
+
+
+# --- decompression bombs ---------------------------------------------------------------------------------
+
+BOMB = 256 * 1024 * 1024  # bytes that one article of a bomb expands to, from a few KB
+# Above the same command on a small file: room for the 2 MiB limit, the pieces read and noise. A reader that
+# held the bomb's article even once would need its 256 MiB more.
+HEADROOM = 96 * 1024 * 1024
+A_BLOCK = b"a" * (8 * 1024 * 1024)
+LINES_BLOCK = (b"a" * 127 + b"\n") * 65_536  # 8 MiB too
+COMPRESS = {".bz2": bz2.compress, ".gz": gzip.compress, ".xz": lzma.compress}
+MEDIAWIKI = b'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">\n'
+
+
+def _row(i: int, title: str) -> bytes:
+    return json.dumps({"id": i, "title": title, "text": f"{title} was a poet."}).encode() + b"\n"
+
+
+def _page(i: int, title: str) -> bytes:
+    body = f"<revision><id>{i}0</id><text>{title} was a poet.</text></revision>"
+    return f"<page><title>{title}</title><ns>0</ns><id>{i}</id>{body}</page>\n".encode()
+
+
+def _doc(i: int, title: str) -> bytes:
+    return f'<doc id="{i}" url="u" title="{title}">\n{title}\n\n{title} was a poet.\n</doc>\n'.encode()
+
+
+# Up to the bomb's <text>, whose start tag is left open.
+XML_HEAD = MEDIAWIKI + _page(1, "B") + b"<page><title>Bomb</title><ns>0</ns><id>2</id><revision><text"
+JSONL_BOMB = (_row(1, "B") + b'{"id": 2, "title": "Bomb", "text": "', A_BLOCK, b'"}\n' + _row(3, "A"))
+XML_BOMB = (XML_HEAD + b">", A_BLOCK, b"</text></revision></page>\n" + _page(3, "A") + b"</mediawiki>\n")
+DOC_HEAD = _doc(1, "B") + b'<doc id="2" url="u" title="Bomb">\nBomb\n\n'
+# name -> what comes before the bomb's article's text, the block repeated to BOMB bytes, what comes after.
+BOMBS = {
+    "rows.jsonl.bz2": JSONL_BOMB,
+    "rows.jsonl.gz": JSONL_BOMB,
+    "dump.xml.bz2": XML_BOMB,
+    "dump.xml.xz": XML_BOMB,
+    "wiki_00.bz2": (DOC_HEAD, A_BLOCK, b"\n</doc>\n" + _doc(3, "A")),  # one line
+    "wiki_01.xz": (DOC_HEAD, LINES_BLOCK, b"</doc>\n" + _doc(3, "A")),  # many lines
+}
+
+
+def bomb(path: Path, head: bytes, block: bytes, tail: bytes) -> Path:
+    """``head``, ``block`` repeated to BOMB bytes, then ``tail``, each compressed on its own: bz2, gzip
+    and xz read streams one after another as one file, so the block is compressed once."""
+    compress = COMPRESS[path.suffix]
+    body = compress(block)
+    with path.open("wb") as out:
+        out.write(compress(head))
+        for _ in range(BOMB // len(block)):
+            out.write(body)
+        out.write(compress(tail))
+    return path
+
+
+class Run(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+    peak: int  # the process's peak resident memory, in bytes
+
+
+def run_bounded(args: list[str], ceiling: int, work: Path) -> Run:
+    """Run the CLI; it is killed once its resident memory passes ``ceiling`` bytes (or after WAIT
+    seconds), so a reader that holds what a bomb expands to fails the test without taking the machine."""
+    out, err = work / "stdout", work / "stderr"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bertknn_search", *args], stdout=stdout, stderr=stderr, env=env
+        )
+    done, peak = threading.Event(), [0]
+    watcher = threading.Thread(target=_watch, args=(proc.pid, ceiling, done, peak))
+    watcher.start()
+    # Not reaped until the watcher stops: till then its pid cannot be another process's.
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    done.set()
+    watcher.join()
+    return Run(proc.wait(), out.read_text(), err.read_text(), peak[0])
+
+
+def _watch(pid: int, ceiling: int, done: threading.Event, peak: list[int]) -> None:
+    """Follow the peak resident memory of ``pid`` in ``peak[0]``; kill it past ``ceiling`` or WAIT seconds.
+
+    Read from /proc rather than wait4's ru_maxrss, which starts a child at the resident memory of its
+    parent when forked: this test process, torch loaded.
+    """
+    deadline = time.monotonic() + WAIT
+    while not done.wait(0.01):
+        peak[0] = max(peak[0], _high_water(pid))
+        if peak[0] > ceiling or time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return
+
+
+def _high_water(pid: int) -> int:
+    """Peak resident bytes of the running process ``pid`` (VmHWM); 0 once it has exited."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.fixture(scope="module")
+def small_peak(base_config: Config, tmp_path_factory: pytest.TempPathFactory) -> int:
+    """Peak resident bytes of the bomb tests' command on a small file: the model, torch, the index."""
+    work = tmp_path_factory.mktemp("small")
+    path = work / "rows.jsonl"
+    path.write_bytes(_row(1, "B") + _row(3, "A"))
+    run = run_bounded(ingest_args(path, work / "index", base_config.model, "--device", "cpu"), 8 << 30, work)
+    assert run.returncode == 0, run.stderr
+    return run.peak
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for memory")
+
+
+@linux_only
+@pytest.mark.parametrize(
+    ("name", "where"),
+    [
+        ("rows.jsonl.bz2", "line 2"),
+        ("rows.jsonl.gz", "line 2"),
+        ("dump.xml.bz2", "page 2 ('Bomb')"),
+        ("dump.xml.xz", "page 2 ('Bomb')"),
+        ("wiki_00.bz2", "the <doc> of line 6 (id 2, 'Bomb')"),
+        ("wiki_01.xz", "the <doc> of line 6 (id 2, 'Bomb')"),
+    ],
+)
+def test_a_decompression_bomb_is_skipped_in_bounded_memory(
+    base_config: Config, tmp_path: Path, small_peak: int, name: str, where: str
+) -> None:
+    path = bomb(tmp_path / name, *BOMBS[name])
+    assert path.stat().st_size < 400_000
+    index = tmp_path / "index"
+    args = ingest_args(path, index, base_config.model, "--device", "cpu", "--json")
+    run = run_bounded(args, small_peak + HEADROOM, tmp_path)
+    assert run.peak <= small_peak + HEADROOM, f"peak {run.peak:,} bytes, {small_peak:,} on a small file"
+    assert run.returncode == 0, run.stderr
+    [warning] = run.stderr.splitlines()
+    found = re.fullmatch(
+        rf"warning: {re.escape(str(path))}: {re.escape(where)} holds ([\d,]+) bytes, more than the"
+        r" 2,097,152 one article may hold \(--max-article-bytes\): skipped",
+        warning,
+    )
+    assert found and int(found[1].replace(",", "")) >= BOMB, warning
+    summary = json.loads(run.stdout)
+    assert (summary["articles"], summary["too_large"]) == (2, 1)
+    from bertknn_search.backends.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend.open(index)
+    try:
+        assert set(backend.fingerprints(["1", "2", "3"])) == {"1", "3"}  # the articles around it are kept
+    finally:
+        backend.close()
+
+
+@linux_only
+def test_an_xml_tag_that_expands_past_the_limit_refuses_the_file_in_bounded_memory(
+    base_config: Config, tmp_path: Path, small_peak: int
+) -> None:
+    # Expat holds a tag whole until it ends: no article to skip, a file that is not a dump.
+    tail = b'">x</text></revision></page></mediawiki>\n'
+    path = bomb(tmp_path / "dump.xml.bz2", XML_HEAD + b' a="', A_BLOCK, tail)
+    args = ingest_args(path, tmp_path / "index", base_config.model, "--device", "cpu")
+    run = run_bounded(args, small_peak + HEADROOM, tmp_path)
+    assert run.peak <= small_peak + HEADROOM, f"peak {run.peak:,} bytes, {small_peak:,} on a small file"
+    assert run.returncode == 1, run.stderr
+    [error] = run.stderr.splitlines()
+    assert re.fullmatch(
+        rf"Error: {re.escape(str(path))}: the [\d,]+ bytes of XML before byte [\d,]+ hold no element or text,"
+        r" more than the 2,097,152 an article may hold: one tag, comment or declaration that long is not a"
+        r" MediaWiki dump",
+        error,
+    ), error
