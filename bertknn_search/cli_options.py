@@ -241,6 +241,12 @@ ingest_options = stacked(
     click.argument("source", type=click.Path(exists=True, path_type=Path)),
     click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format [default: detected]."),
     click.option("--limit", type=click.IntRange(min=1), help="Stop after this many articles."),
+    click.option(
+        "--max-article-bytes",
+        type=ByteSize(),
+        help="Skip, with a warning, an article longer than this (its XML wikitext, JSONL line or <doc>"
+        " body, as read; a parquet text), never holding it whole [default 2MiB, Wikipedia's page limit].",
+    ),
     no_progress_option,
     json_option,
 )

@@ -35,6 +35,11 @@ GPU_BATCH = 1024
 CPU_BUDGET = 256
 GPU_BUDGET = 65_536
 
+# Wikipedia's own cap on a page's wikitext (2 MiB). The readers hold no article past it (its XML text,
+# JSONL line, WikiExtractor <doc> body or parquet text) and skip one that is longer, so what a corpus
+# file expands to, however it was compressed, never decides the memory an ingest takes.
+MAX_ARTICLE_BYTES = 2 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class Config:
@@ -87,6 +92,7 @@ class Config:
     precision: str = "auto"
     batch_size: int | None = None  # None: CPU_BATCH on a CPU, GPU_BATCH on a GPU (see batch_for)
     top: int = 10
+    max_article_bytes: int = MAX_ARTICLE_BYTES  # what ``ingest wiki`` and ``add`` read of one article
 
     def batch_for(self, device_type: str) -> int:
         """The batch size to use on a torch device of type ``device_type`` ("cpu", "cuda", ...)."""
@@ -119,6 +125,10 @@ class Config:
             ),
             (self.budget is None or self.budget >= 1, f"--budget must be >= 1 context, got {self.budget}"),
             (self.max_length >= 8, f"--max-length must be >= 8, got {self.max_length}"),
+            (
+                self.max_article_bytes >= 1,
+                f"--max-article-bytes must be more than 0 bytes, got {self.max_article_bytes}",
+            ),
             (self.distance in DISTANCES, f"distance must be one of {DISTANCES}, got {self.distance!r}"),
             (self.mask_policy in MASK_POLICIES, f"mask policy must be one of {MASK_POLICIES}"),
             (self.store_dtype in STORE_DTYPES, f"store dtype must be one of {STORE_DTYPES}"),

@@ -218,6 +218,9 @@ def render_summary(summary: Any, verb: str) -> str:
             f"; {windowed:,} {'sentence' if windowed == 1 else 'sentences'} longer than --max-length"
             f" ({s.max_length:,} tokens) encoded as windows of that length around each masked word"
         )
+    too_large = getattr(s, "too_large", 0)
+    if too_large:
+        line += f"; {too_large:,} too large skipped (over --max-article-bytes, named above)"
     return line
 
 

@@ -8,9 +8,11 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
+
+from tqdm import tqdm
 
 from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
@@ -26,7 +28,7 @@ from bertknn_search.ingest.prepare import (
     fingerprint_settings,
 )
 from bertknn_search.ingest.progress import Progress
-from bertknn_search.ingest.readers import Record, read_articles, read_records, record_size
+from bertknn_search.ingest.readers import Record, read_articles, read_records, record_size, warn
 from bertknn_search.ingest.seen_ids import SeenIds
 from bertknn_search.ingest.sentences import SPLITTER, check_splitter
 from bertknn_search.records import Article, EncodedArticle, IndexMeta
@@ -57,6 +59,7 @@ class IngestSummary:
     # Sentences longer than the model takes (``max_length`` tokens), encoded as a window around each mask.
     windowed: int = 0
     max_length: int = 0
+    too_large: int = 0  # articles skipped for holding more than ``Config.max_article_bytes``
 
     @property
     def contexts_per_second(self) -> float:
@@ -112,6 +115,7 @@ def ingest(
         IndexMismatchError, BackendError (a failed write says how many articles it kept).
     """
     started = time.perf_counter()
+    skipped = SkipCount()
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     pool = TextPool(default_workers() if workers is None else workers)  # starts no process yet
     try:
@@ -135,7 +139,8 @@ def ingest(
             records: Iterable[Record] = list(latest.values())
             total: int | None = len(latest)
         else:
-            records, total = read_records(source, limit=limit, fmt=fmt), limit
+            records = read_records(source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped)
+            total = limit
         spec = TextSpec(
             fingerprint_settings(config.model, config.layer, config.mask_policy, config.max_length),
             split=config.contexts == "eager",  # a lazy index splits an article when a query needs it
@@ -210,7 +215,20 @@ def ingest(
     bar.close()
     pool.close()
     backend.close()
-    return IngestSummary(**counts, seconds=time.perf_counter() - started, location=backend.location)
+    seconds = time.perf_counter() - started
+    return IngestSummary(**counts, seconds=seconds, location=backend.location, too_large=skipped.count)
+
+
+class SkipCount:
+    """Counts the articles a reader skipped for their size, each said on stderr as it is read."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, message: str) -> None:
+        self.count += 1
+        with tqdm.external_write_mode(file=sys.stderr):  # a progress bar is cleared, and drawn again after
+            warn(message)
 
 
 class _Writes:
@@ -250,18 +268,21 @@ def add_articles(
 ) -> IngestSummary:
     """Add (or replace) the articles of ``source`` in an existing index; answerable on return.
 
-    The whole file is read and checked before anything is written, so a bad file adds nothing.
+    The whole file is read and checked before anything is written, so a bad file adds nothing; an
+    article over ``config.max_article_bytes`` is skipped with a warning and counted as ``too_large``.
 
     Raises:
         InputFormatError: unreadable file, or an article without text (an explicit add of nothing).
     """
-    articles = list(read_articles(source, limit=limit, fmt=fmt))
+    skipped = SkipCount()
+    articles = list(read_articles(source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped))
     for article in articles:
         if not article.text.strip():
             raise InputFormatError(
                 f"{source}: article {article.title!r} (id {article.id}) has no text; add text or drop it"
             )
-    return ingest(articles, config, progress=progress, existing_only=True)
+    summary = ingest(articles, config, progress=progress, existing_only=True)
+    return replace(summary, too_large=skipped.count)
 
 
 def _encoded(

@@ -5,19 +5,24 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import lzma
 import math
 import re
-import xml.etree.ElementTree as ET
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
+from xml.parsers import expat
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bertknn_search.config import MAX_ARTICLE_BYTES
 from bertknn_search.errors import ConfigError, InputFormatError
 from bertknn_search.ingest.wikitext import wikitext_to_text
 from bertknn_search.records import Article
@@ -25,22 +30,42 @@ from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
 FORMATS = ("xml", "jsonl", "parquet", "wikiextractor")
 SUPPORTED = (
-    "MediaWiki XML dump (.xml, .xml.bz2), JSON Lines with id/title/text (.jsonl, .json, also .bz2/.gz), "
-    "parquet with id/title/text columns (.parquet), WikiExtractor output (<doc> blocks)"
+    "MediaWiki XML dump (.xml, .xml.bz2), JSON Lines with id/title/text (.jsonl, .json), "
+    "parquet with id/title/text columns (.parquet), WikiExtractor output (<doc> blocks); "
+    "all but parquet also compressed (.bz2, .gz, .xz)"
 )
 _BY_SUFFIX = {".xml": "xml", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 _FIELDS = ("id", "title", "text")
 # An optional column: the article's popularity (page views), which the adaptive-retrieval gate reads.
 POPULARITY = "popularity"
-# Wikipedia's own cap on a page's wikitext (2 MiB). An article past it is not a Wikipedia article, and
-# its cost (sentence splitting, hundreds of thousands of contexts, one stored row) is refused up front.
-MAX_ARTICLE_CHARS = 2 * 1024 * 1024
+# An over-long line or XML text is read and dropped this many bytes at a time, never held whole.
+_PIECE = 64 * 1024
+# A parquet row group is pyarrow's unit of reading, so its size (by the file's metadata) bounds what a
+# file needs: at most this many articles of the limit, else the file is refused.
+PARQUET_GROUP_ARTICLES = 256
+_PARQUET_BATCH = 256  # rows
+# How an XML text that is dropped for its size still tells a redirect: by how it starts.
+_HEAD = 64
+# A dump nests 5 deep; expat keeps every open element, so nesting is bounded as text is.
+_MAX_DEPTH = 100
 
 _REDIRECT = re.compile(r"\s*#redirect", re.I)
 _DOC_START = re.compile(r'<doc\s+id="(?P<id>[^"]*)"(?:\s+url="[^"]*")?\s+title="(?P<title>.*)">\s*$')
 
 
-def read_articles(path: Path | str, limit: int | None = None, fmt: str | None = None) -> Iterator[Article]:
+def warn(message: str) -> None:
+    """Say on stderr, in one line, that an article was skipped (``read_articles``'s default)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def read_articles(
+    path: Path | str,
+    limit: int | None = None,
+    fmt: str | None = None,
+    *,
+    max_bytes: int = MAX_ARTICLE_BYTES,
+    on_skip: Callable[[str], None] = warn,
+) -> Iterator[Article]:
     """Stream the articles of a corpus file, or of every file under a directory (sorted by path).
 
     Redirects and pages outside the article namespace of XML dumps are skipped; wiki markup is
@@ -48,22 +73,31 @@ def read_articles(path: Path | str, limit: int | None = None, fmt: str | None = 
     yielded, so the caller can count them. A missing path or a file of unknown format fails at
     once; anything wrong inside a file surfaces while iterating, after the articles before it.
 
+    An article longer than ``max_bytes`` (its JSONL line, XML page's wikitext or WikiExtractor
+    ``<doc>`` body, each as read; a parquet text value) is read in pieces, never held whole, and
+    skipped: ``on_skip`` gets one line naming it, and reading goes on. Memory stays bounded whatever a
+    compressed file (bz2, gzip, xz) expands to; a parquet row group is read whole, and is refused when
+    its metadata says it holds more than ``PARQUET_GROUP_ARTICLES`` articles of ``max_bytes``.
+
     Args:
         path: a file, or a directory read recursively (hidden files skipped), each file in its own format.
-        limit: stop after this many articles.
+        limit: stop after this many articles (skipped ones do not count).
         fmt: one of ``FORMATS`` to skip detection (applies to every file of a directory).
+        max_bytes: the most bytes one article may hold.
+        on_skip: called with a one-line message for each article skipped for its size.
 
     Returns:
         An iterator of articles; ``id`` is the page id as a string, ``title`` and ``text`` are stripped.
 
     Raises:
         InputFormatError: the path is missing, the format unknown, or a file is truncated, corrupt,
-            not UTF-8, malformed or lacks id/title/text; an article has an empty title, text that is not
-            valid Unicode (an escaped lone surrogate) or more than ``MAX_ARTICLE_CHARS`` characters.
-            The message is one line naming the file.
-        ConfigError: ``limit`` is negative.
+            not UTF-8, malformed or lacks id/title/text; an article has an empty title or text that is
+            not valid Unicode (an escaped lone surrogate); an XML file holds a tag or comment longer than
+            ``max_bytes`` or elements nested past any dump, or a parquet row group is over its bound. The
+            message is one line naming the file.
+        ConfigError: ``limit`` is negative or ``max_bytes`` not positive.
     """
-    return (finish(record) for record in read_records(path, limit, fmt))
+    return (finish(record) for record in read_records(path, limit, fmt, max_bytes=max_bytes, on_skip=on_skip))
 
 
 # A record as read, before its own work (JSON decoding, markup stripping, checks): an Article already, or
@@ -71,10 +105,18 @@ def read_articles(path: Path | str, limit: int | None = None, fmt: str | None = 
 Record = Article | tuple[Callable[..., Article], tuple[Any, ...]]
 
 
-def read_records(path: Path | str, limit: int | None = None, fmt: str | None = None) -> Iterator[Record]:
+def read_records(
+    path: Path | str,
+    limit: int | None = None,
+    fmt: str | None = None,
+    *,
+    max_bytes: int = MAX_ARTICLE_BYTES,
+    on_skip: Callable[[str], None] = warn,
+) -> Iterator[Record]:
     """``read_articles`` with each article's own work left to ``finish``: the records come in the same
-    order and count (redirects and other namespaces are skipped here), and ``finish`` raises the errors
-    ``read_articles`` would for that record. Reading a file stays sequential; finishing can be parallel.
+    order and count (redirects, other namespaces and articles over ``max_bytes`` are skipped here), and
+    ``finish`` raises the errors ``read_articles`` would for that record. Reading a file stays
+    sequential; finishing can be parallel.
 
     Raises:
         InputFormatError, ConfigError: as ``read_articles``, for the path and the file as a whole.
@@ -84,9 +126,27 @@ def read_records(path: Path | str, limit: int | None = None, fmt: str | None = N
         raise InputFormatError(f"{path}: unknown format {fmt!r} asked for; use one of {', '.join(FORMATS)}")
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be 0 or more, not {limit}")
+    if max_bytes < 1:
+        raise ConfigError(f"max_bytes must be 1 or more, not {max_bytes}")
     _check_exists(path)
-    records = _read_directory(path, fmt) if path.is_dir() else _READERS[fmt or detect_format(path)](path)
-    return islice(records, limit)
+    bound = _Bound(max_bytes, on_skip)
+    if path.is_dir():
+        return islice(_read_directory(path, fmt, bound), limit)
+    return islice(_READERS[fmt or detect_format(path)](path, bound), limit)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """The most bytes one article may hold, and who is told of one skipped for holding more."""
+
+    max_bytes: int
+    on_skip: Callable[[str], None]
+
+    def skip(self, path: Path, where: str, size: int) -> None:
+        self.on_skip(
+            f"{path}: {where} holds {size:,} bytes, more than the {self.max_bytes:,} one article may hold"
+            " (--max-article-bytes): skipped"
+        )
 
 
 def finish(record: Record) -> Article:
@@ -121,7 +181,7 @@ def detect_format(path: Path | str) -> str:
     if path.is_dir():
         return "directory"
     name = path.name.lower()
-    for packed in (".bz2", ".gz"):
+    for packed in (".bz2", ".gz", ".xz"):
         name = name.removesuffix(packed)
     if Path(name).suffix in _BY_SUFFIX:
         return _BY_SUFFIX[Path(name).suffix]
@@ -139,55 +199,192 @@ def detect_format(path: Path | str) -> str:
     raise InputFormatError(f"{path}: unknown corpus format; supported: {SUPPORTED}; or pass the format")
 
 
-def _read_directory(root: Path, fmt: str | None) -> Iterator[Record]:
+def _read_directory(root: Path, fmt: str | None, bound: _Bound) -> Iterator[Record]:
     files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
     if not files:
         raise InputFormatError(f"{root}: the directory holds no corpus files; check the path")
     for file in files:
-        yield from _READERS[fmt or detect_format(file)](file)
+        yield from _READERS[fmt or detect_format(file)](file, bound)
 
 
 def _hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)  # .DS_Store, .git: never corpus files
 
 
-def _read_xml(path: Path) -> Iterator[Record]:
+def _read_xml(path: Path, bound: _Bound) -> Iterator[Record]:
+    # Expat is fed a piece at a time and its handlers keep only the fields a record needs, each up to
+    # the limit: ElementTree would hold a <text> whole before showing it, however long.
     with _errors(path), _open(path) as stream:
-        events = ET.iterparse(stream, events=("start", "end"))
-        _, root = next(events)
-        for event, element in events:
-            if event == "end" and element.tag.rpartition("}")[2] == "page":
-                article = _page_article(path, element)
-                root.clear()  # else finished pages pile up under <mediawiki>: memory must stay flat
-                if article is not None:
-                    yield article
+        pages = _Pages(path, bound.max_bytes)
+        parser = pages.parser()
+        fed = quiet = 0  # bytes given to the parser; of them, since it last reported anything
+        while True:
+            data = stream.read(_PIECE)
+            events = pages.events
+            try:
+                parser.Parse(data, not data)
+            except (expat.ExpatError, InputFormatError):  # expat's error, or a handler's that stopped it
+                yield from _settled(path, bound, pages.take())  # the pages before the error come first
+                raise
+            yield from _settled(path, bound, pages.take())
+            if not data:
+                return
+            fed += len(data)
+            quiet = quiet + len(data) if pages.events == events else 0
+            if quiet > bound.max_bytes:  # expat holds a token (a tag, a comment) whole until it ends
+                raise InputFormatError(
+                    f"{path}: the {quiet:,} bytes of XML before byte {fed:,} hold no element or text, more"
+                    f" than the {bound.max_bytes:,} an article may hold: one tag, comment or declaration"
+                    " that long is not a MediaWiki dump"
+                )
 
 
-def _page_article(path: Path, page: ET.Element) -> Record | None:
-    title = (page.findtext("{*}title") or "").strip()
-    if (page.findtext("{*}ns") or "0").strip() != "0" or page.find("{*}redirect") is not None:
-        return None
-    page_id = (page.findtext("{*}id") or "").strip()
-    if not page_id:
-        raise InputFormatError(f"{path}: page {title!r} has no <id>; is this a MediaWiki export dump?")
-    revisions = page.findall("{*}revision")  # oldest first in exports: the last one is the latest
-    wikitext = (revisions[-1].findtext("{*}text") or "") if revisions else ""
-    if _REDIRECT.match(wikitext):
-        return None
-    where = f"page {page_id}"
-    _check_size(path, where, title, wikitext)  # before parsing: markup costs more than prose
-    return _page_text, (path, where, page_id, title, wikitext)
+class _TooLarge(NamedTuple):
+    where: str
+    size: int
+
+
+_Item = Record | _TooLarge | InputFormatError
+
+
+def _settled(path: Path, bound: _Bound, items: list[_Item]) -> Iterator[Record]:
+    """The records of ``items`` in order: skipped ones said, an error raised where it came."""
+    for item in items:
+        if isinstance(item, InputFormatError):
+            raise item
+        if isinstance(item, _TooLarge):
+            bound.skip(path, item.where, item.size)
+        else:
+            yield item
+
+
+class _Field:
+    """The character data of one element, held up to the limit; past it only counted."""
+
+    __slots__ = ("head", "pieces", "size")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.size = 0  # UTF-8 bytes of all of it, held or not
+        self.head = ""
+
+    def add(self, data: str, max_bytes: int) -> None:
+        if not self.size:
+            self.head = data[:_HEAD]
+        self.size += len(data.encode("utf-8"))
+        if self.size > max_bytes:
+            self.pieces.clear()
+        else:
+            self.pieces.append(data)
+
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+class _Pages:
+    """Expat handlers that make each <page> a record as it ends (see ``take``).
+
+    Of a page they keep its title, ns and id, whether it has a <redirect>, and the <text> of its last
+    <revision> (oldest first in exports), each as ElementTree's ``findtext`` on the page would find it.
+    """
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self._path = path
+        self._max_bytes = max_bytes
+        self.events = 0  # handler calls, the parser's sign of progress
+        self._done: list[_Item] = []
+        self._open: list[str] = []  # local names of the open elements
+        self._page = 0  # how many elements were open when the current <page> started; 0 outside one
+        self._fields: dict[str, _Field] = {}
+        self._field: _Field | None = None  # where character data goes now; None: dropped
+        self._redirect = False
+
+    def parser(self) -> expat.XMLParserType:
+        self._parser = parser = expat.ParserCreate(namespace_separator="}")  # "uri}page": namespace ignored
+        # Character data comes in pieces of up to a buffer, not a call per line.
+        parser.buffer_text = True
+        parser.buffer_size = _PIECE
+        parser.StartElementHandler = self._start
+        parser.EndElementHandler = self._end
+        parser.CharacterDataHandler = self._data
+        return parser
+
+    def take(self) -> list[_Item]:
+        """What the pages finished since the last call make: records, sizes to skip and errors."""
+        done, self._done = self._done, []
+        return done
+
+    def _start(self, name: str, attrs: dict[str, str]) -> None:
+        self.events += 1
+        self._field = None  # an element's text is the data before its first child, as ElementTree's
+        local = name.rpartition("}")[2]
+        self._open.append(local)
+        if len(self._open) > _MAX_DEPTH:
+            raise InputFormatError(
+                f"{self._path}: elements nested more than {_MAX_DEPTH} deep at line"
+                f" {self._parser.CurrentLineNumber}; not a MediaWiki dump"
+            )
+        depth = len(self._open) - self._page
+        if not self._page:
+            if local == "page":
+                self._page, self._fields, self._redirect = len(self._open), {}, False
+        elif depth == 1 and local in ("title", "ns", "id"):
+            self._field = self._fields[local] = _Field()
+        elif depth == 1 and local == "redirect":
+            self._redirect = True
+        elif depth == 1 and local == "revision":
+            self._fields.pop("text", None)  # a later revision without a <text> has none
+        elif depth == 2 and local == "text" and self._open[-2] == "revision":
+            self._field = self._fields["text"] = _Field()
+
+    def _end(self, name: str) -> None:
+        self.events += 1
+        self._field = None
+        if len(self._open) == self._page:
+            self._page = 0
+            item = self._record()
+            if item is not None:
+                self._done.append(item)
+        self._open.pop()
+
+    def _data(self, data: str) -> None:
+        self.events += 1
+        if self._field is not None:
+            self._field.add(data, self._max_bytes)
+
+    def _record(self) -> _Item | None:
+        fields = self._fields
+        title, ns, page_id = (fields[n].text() if n in fields else "" for n in ("title", "ns", "id"))
+        title, page_id = title.strip(), page_id.strip()
+        if (ns or "0").strip() != "0" or self._redirect:
+            return None
+        if not page_id:
+            return InputFormatError(
+                f"{self._path}: page {title!r} has no <id>; is this a MediaWiki export dump?"
+            )
+        text = fields.get("text") or _Field()
+        wikitext = text.text()
+        if _REDIRECT.match(wikitext or text.head):
+            return None
+        where = f"page {page_id}"
+        # Told here, while reading, before the markup is parsed (``finish``): that costs more than prose.
+        largest = max(held.size for held in fields.values())
+        if largest > self._max_bytes:
+            return _TooLarge(f"{where} ({title!r})", largest)
+        return _page_text, (self._path, where, page_id, title, wikitext)
 
 
 def _page_text(path: Path, where: str, page_id: str, title: str, wikitext: str) -> Article:
     return _article(path, where, page_id, title, wikitext_to_text(wikitext))
 
 
-def _read_jsonl(path: Path) -> Iterator[Record]:
+def _read_jsonl(path: Path, bound: _Bound) -> Iterator[Record]:
     with _errors(path), _open(path) as stream:
-        for number, line in _lines(path, stream):
-            if line.strip():
-                yield _json_line, (path, number, line)
+        for line in _lines(path, stream, bound.max_bytes):
+            if line.text is None:
+                bound.skip(path, f"line {line.number}", line.size)
+            elif line.text.strip():
+                yield _json_line, (path, line.number, line.text)
 
 
 def _json_line(path: Path, number: int, line: str) -> Article:
@@ -201,7 +398,7 @@ def _json_line(path: Path, number: int, line: str) -> Article:
     return _record(path, f"line {number}", row)
 
 
-def _read_parquet(path: Path) -> Iterator[Article]:
+def _read_parquet(path: Path, bound: _Bound) -> Iterator[Article]:
     with _errors(path):
         table = pq.ParquetFile(path)
         missing = [name for name in _FIELDS if name not in table.schema_arrow.names]
@@ -211,39 +408,99 @@ def _read_parquet(path: Path) -> Iterator[Article]:
             )
         row = 0
         names = [*_FIELDS, POPULARITY] if POPULARITY in table.schema_arrow.names else list(_FIELDS)
-        for batch in table.iter_batches(batch_size=256, columns=names):
-            for values in zip(*(batch.column(name).to_pylist() for name in names)):
-                row += 1
-                yield _record(path, f"row {row}", dict(zip(names, values)))
-
-
-def _read_extracted(path: Path) -> Iterator[Article]:
-    with _errors(path), _open(path) as stream:
-        header: tuple[str, str, int] | None = None
-        body: list[str] = []
-        for number, line in _lines(path, stream):
-            start = _DOC_START.match(line) if line.startswith("<doc") else None
-            if start and header is not None:
+        cap = PARQUET_GROUP_ARTICLES * bound.max_bytes
+        for group in range(table.metadata.num_row_groups):
+            size = _group_bytes(table.metadata.row_group(group), names)
+            if size > cap:
                 raise InputFormatError(
-                    f"{path}: line {number} opens a <doc> inside the <doc> of line {header[2]}"
+                    f"{path}: row group {group + 1} holds {size:,} bytes of {', '.join(names)}, more than"
+                    f" {cap:,} ({PARQUET_GROUP_ARTICLES} articles of --max-article-bytes), and a row group"
+                    " is read whole: write the file with smaller row groups (row_group_size=1000)"
+                )
+            # One stored value may stand for many rows (a dictionary page): fewer rows a batch keep a
+            # batch's Python strings within the cap too.
+            rows = max(1, min(_PARQUET_BATCH, cap // max(size, 1)))
+            for batch in table.iter_batches(batch_size=rows, row_groups=[group], columns=names):
+                sizes = _text_bytes(batch.column("text"))
+                columns = [_short_texts(batch, name, sizes, bound.max_bytes).to_pylist() for name in names]
+                for values, text_size in zip(zip(*columns), sizes):
+                    row += 1
+                    record = dict(zip(names, values))
+                    if text_size > bound.max_bytes:
+                        bound.skip(path, f"row {row} (id {record['id']}, {record['title']!r})", text_size)
+                    else:
+                        yield _record(path, f"row {row}", record)
+
+
+def _group_bytes(group: pq.RowGroupMetaData, names: list[str]) -> int:
+    """Uncompressed bytes of the columns ``names`` in one row group, by the file's metadata."""
+    chunks = (group.column(i) for i in range(group.num_columns))
+    return sum(chunk.total_uncompressed_size for chunk in chunks if chunk.path_in_schema in names)
+
+
+def _text_bytes(column: pa.Array) -> list[int]:
+    """UTF-8 bytes of each value, from the array's offsets (nothing copied); 0 for a non-string column."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return [0] * len(column)
+    return pc.fill_null(pc.binary_length(column), 0).to_pylist()
+
+
+def _short_texts(batch: pa.RecordBatch, name: str, sizes: list[int], max_bytes: int) -> pa.Array:
+    """Column ``name`` of the batch; for "text", over-long values made null so no Python string holds them."""
+    column = batch.column(name)
+    if name != "text" or max(sizes, default=0) <= max_bytes:
+        return column
+    return pc.if_else(pa.array([size > max_bytes for size in sizes]), pa.scalar(None, column.type), column)
+
+
+@dataclass
+class _Doc:
+    """A <doc> being read: its header, and its body lines up to the limit; past it only counted."""
+
+    id: str
+    title: str
+    opened: int  # its line number
+    body: list[str] = field(default_factory=list)
+    size: int = 0  # bytes of the body as read, held or not
+
+    def add(self, line: _Line, max_bytes: int) -> None:
+        self.size += line.size
+        if self.size > max_bytes:
+            self.body.clear()
+        elif line.text is not None:
+            self.body.append(line.text.strip())
+
+
+def _read_extracted(path: Path, bound: _Bound) -> Iterator[Article]:
+    with _errors(path), _open(path) as stream:
+        doc: _Doc | None = None
+        for line in _lines(path, stream, bound.max_bytes):
+            text = line.text or ""  # an over-long line is neither a header nor an end
+            start = _DOC_START.match(text) if text.startswith("<doc") else None
+            if start and doc is not None:
+                raise InputFormatError(
+                    f"{path}: line {line.number} opens a <doc> inside the <doc> of line {doc.opened}"
                 )
             if start:
-                header, body = (start["id"], start["title"], number), []
-            elif header is None:
-                if line.strip():
+                doc = _Doc(start["id"], start["title"], line.number)
+            elif doc is None:
+                if line.text is None or text.strip():
                     raise InputFormatError(
-                        f"{path}: line {number} is outside any <doc>; not WikiExtractor output?"
+                        f"{path}: line {line.number} is outside any <doc>; not WikiExtractor output?"
                     )
-            elif line.strip() == "</doc>":
-                yield _extracted_article(path, header[2], header[0], header[1], body)
-                header = None
+            elif text.strip() == "</doc>":
+                if doc.size > bound.max_bytes:
+                    bound.skip(path, f"the <doc> of line {doc.opened} (id {doc.id}, {doc.title!r})", doc.size)
+                else:
+                    yield _extracted_article(path, doc.opened, doc.id, doc.title, doc.body)
+                doc = None
             else:
-                body.append(line.strip())
-        if header is not None:
-            raise InputFormatError(f"{path}: the <doc> of line {header[2]} is never closed; file truncated?")
+                doc.add(line, bound.max_bytes)
+        if doc is not None:
+            raise InputFormatError(f"{path}: the <doc> of line {doc.opened} is never closed; file truncated?")
 
 
-_READERS = {
+_READERS: dict[str, Callable[[Path, _Bound], Iterator[Record]]] = {
     "xml": _read_xml,
     "jsonl": _read_jsonl,
     "parquet": _read_parquet,
@@ -297,39 +554,62 @@ def _article(path: Path, where: str, doc_id: str, title: str, text: str) -> Arti
             f"{path}: {where} (id {doc_id}) has an empty title; give every article a title (a subject"
             " finds its article by title)"
         )
-    _check_size(path, where, title, text)
     return Article(doc_id, title.strip(), text.strip())
 
 
-def _check_size(path: Path, where: str, title: str, text: str) -> None:
-    if len(text) > MAX_ARTICLE_CHARS:
-        raise InputFormatError(
-            f"{path}: {where} ({title.strip()!r}) holds {len(text):,} characters; one article may hold at"
-            f" most {MAX_ARTICLE_CHARS:,} (Wikipedia's own page limit): split it into several articles"
-        )
+class _Line(NamedTuple):
+    number: int
+    size: int  # bytes, with the line's end
+    text: str | None  # None: longer than the limit, so read in pieces and dropped
 
 
-def _lines(path: Path, stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+def _lines(path: Path, stream: IO[bytes], max_bytes: int) -> Iterator[_Line]:
     # Decoding line by line (not a text wrapper) lets a bad byte be reported by line and offset.
-    offset = 0
-    for number, raw in enumerate(stream, 1):
-        try:
-            yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputFormatError(
-                f"{path}: line {number} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
-                f"{offset + exc.start}); convert the file to UTF-8"
-            ) from exc
-        offset += len(raw)
+    offset = number = 0
+    while raw := stream.readline(max_bytes + 1):  # one byte more: room for the line's end
+        number += 1
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            line = _Line(number, len(raw) + _rest_of_line(stream), None)
+        else:
+            line = _Line(number, len(raw), _decode(path, raw, number, offset))
+        yield line
+        offset += line.size
+
+
+def _rest_of_line(stream: IO[bytes]) -> int:
+    """Read the rest of an over-long line in pieces, holding none of them; its bytes."""
+    size = 0
+    while piece := stream.readline(_PIECE):
+        size += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return size
+
+
+def _decode(path: Path, raw: bytes, number: int, offset: int) -> str:
+    try:
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFormatError(
+            f"{path}: line {number} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
+            f"{offset + exc.start}); convert the file to UTF-8"
+        ) from exc
+
+
+# Told by their first bytes, not their names: every one of them is read as a stream.
+_DECOMPRESSORS: tuple[tuple[bytes, Callable[..., IO[bytes]]], ...] = (
+    (b"BZh", bz2.open),
+    (b"\x1f\x8b", gzip.open),
+    (b"\xfd7zXZ\x00", lzma.open),
+)
 
 
 def _open(path: Path) -> IO[bytes]:
     with open(path, "rb") as probe:
-        magic = probe.read(3)
-    if magic == b"BZh":
-        return bz2.open(path, "rb")
-    if magic[:2] == b"\x1f\x8b":
-        return gzip.open(path, "rb")
+        magic = probe.read(6)
+    for prefix, opener in _DECOMPRESSORS:
+        if magic.startswith(prefix):
+            return opener(path, "rb")
     return open(path, "rb")
 
 
@@ -343,7 +623,7 @@ def _errors(path: Path) -> Iterator[None]:
     """Turn the libraries' read errors into one-line InputFormatErrors that name the file."""
     try:
         yield
-    except ET.ParseError as exc:
+    except expat.ExpatError as exc:
         raise InputFormatError(
             f"{path}: malformed XML ({_one_line(exc)}); the dump may be truncated, not UTF-8 or not an export"
         ) from exc
@@ -351,7 +631,7 @@ def _errors(path: Path) -> Iterator[None]:
         raise InputFormatError(
             f"{path}: compressed data ends early; the file is truncated, fetch it again"
         ) from exc
-    except (OSError, zlib.error) as exc:
+    except (OSError, zlib.error, lzma.LZMAError) as exc:
         raise InputFormatError(f"{path}: cannot read ({_one_line(exc)}); the file may be corrupt") from exc
     except pa.ArrowException as exc:
         raise InputFormatError(f"{path}: not a readable parquet file ({_one_line(exc)})") from exc

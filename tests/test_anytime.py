@@ -245,15 +245,16 @@ def test_the_server_answers_a_warm_question_while_a_cold_one_encodes_and_stops_i
 def test_post_articles_refuses_an_article_over_the_cli_limit(lazy_copy: Config) -> None:  # noqa: F811
     from fastapi.testclient import TestClient
 
-    from bertknn_search.ingest.readers import MAX_ARTICLE_CHARS
+    from bertknn_search.config import MAX_ARTICLE_BYTES
     from bertknn_search.server.app import ServerSettings, create_app
 
     app = create_app(ServerSettings(lazy_copy))
-    big = {"articles": [{"id": "big", "title": "Big", "text": "word " * (MAX_ARTICLE_CHARS // 5 + 1)}]}
+    big = {"articles": [{"id": "big", "title": "Big", "text": "wörd " * (MAX_ARTICLE_BYTES // 6 + 1)}]}
     with TestClient(app, base_url="http://localhost") as client:
         response = client.post("/articles", json=big)
-        assert response.status_code == 422
-        assert "\n" not in response.json()["detail"] and "articles.0.text" in response.json()["detail"]
+        assert response.status_code == 413
+        detail = response.json()["detail"]
+        assert "\n" not in detail and "article 'big' holds" in detail and "nothing was written" in detail
     check = Searcher.open(lazy_copy)
     try:
         assert check.backend.fingerprints(["big"]) == {}

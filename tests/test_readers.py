@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import lzma
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertknn_search.errors import ConfigError, InputFormatError
+from bertknn_search.ingest import readers
 from bertknn_search.ingest.readers import FORMATS, detect_format, read_articles
 from bertknn_search.records import Article
 
@@ -111,7 +113,9 @@ def one_line_error(path: Path, exc: pytest.ExceptionInfo[InputFormatError]) -> s
 
 
 @pytest.mark.parametrize("version", ["0.10", "0.8"])
-@pytest.mark.parametrize("name, opener", [("dump.xml", open), ("dump.xml.bz2", bz2.open)])
+@pytest.mark.parametrize(
+    "name, opener", [("dump.xml", open), ("dump.xml.bz2", bz2.open), ("dump.xml.xz", lzma.open)]
+)
 def test_xml_dump_yields_latest_revision_of_articles_as_prose(
     tmp_path: Path, version: str, name: str, opener: Callable[..., object]
 ) -> None:
@@ -130,6 +134,7 @@ def test_jsonl_plain_and_compressed_with_int_ids(tmp_path: Path) -> None:
         ("b.json", open),
         ("c.jsonl.gz", gzip.open),
         ("d.jsonl.bz2", bz2.open),
+        ("e.jsonl.xz", lzma.open),
     ]:
         assert list(read_articles(write(tmp_path / name, jsonl(rows), opener))) == expected
 
@@ -186,6 +191,8 @@ def test_limit_and_fmt_override(tmp_path: Path) -> None:
         ("dump.xml.bz2", "<mediawiki/>", "xml"),
         ("enwiki-latest-pages-articles1.xml-p10p30302-shortened.bz2", "<mediawiki/>", "xml"),
         ("a.jsonl.gz", "{}", "jsonl"),
+        ("a.jsonl.xz", "{}", "jsonl"),
+        ("wiki_00.xz", '<doc id="1" url="u" title="t">\n</doc>\n', "wikiextractor"),
         ("a.json", "{}", "jsonl"),
         ("wiki_00", '<doc id="1" url="u" title="t">\n</doc>\n', "wikiextractor"),
         ("no-suffix", '{"id": 1}', "jsonl"),
@@ -193,7 +200,7 @@ def test_limit_and_fmt_override(tmp_path: Path) -> None:
     ],
 )
 def test_detect_format(tmp_path: Path, name: str, content: str, expected: str) -> None:
-    opener = bz2.open if name.endswith(".bz2") else gzip.open if name.endswith(".gz") else open
+    opener = {".bz2": bz2.open, ".gz": gzip.open, ".xz": lzma.open}.get(Path(name).suffix, open)
     assert detect_format(write(tmp_path / name, content, opener)) == expected
     assert expected in FORMATS
 
@@ -274,6 +281,8 @@ LONG_JSONL = jsonl([{"id": i, "title": f"T{i}", "text": f"Text {i * 7919 % 1000}
         ("dump.xml.bz2", bz2.compress(LONG_DUMP.encode()), corrupt, "corrupt"),
         ("rows.jsonl.gz", gzip.compress(LONG_JSONL.encode()), lambda b: b[: len(b) // 2], "ends early"),
         ("rows.jsonl.gz", gzip.compress(LONG_JSONL.encode()), corrupt, "corrupt"),
+        ("rows.jsonl.xz", lzma.compress(LONG_JSONL.encode()), lambda b: b[: len(b) // 2], "ends early"),
+        ("rows.jsonl.xz", lzma.compress(LONG_JSONL.encode()), corrupt, "corrupt"),
     ],
 )
 @pytest.mark.reliability
@@ -377,6 +386,149 @@ def test_broken_wikiextractor_file(tmp_path: Path, content: str, expected: str) 
     with pytest.raises(InputFormatError) as exc:
         list(read_articles(path))
     assert expected in one_line_error(path, exc)
+
+
+# --- articles over the size limit ------------------------------------------------------------------
+
+
+def read_skipping(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
+    """The ids read with ``max_bytes`` as the limit, and the messages of the articles skipped."""
+    skipped: list[str] = []
+    ids = [a.id for a in read_articles(path, max_bytes=max_bytes, on_skip=skipped.append)]
+    return ids, skipped
+
+
+def too_large(path: Path, where: str, size: int, max_bytes: int) -> str:
+    return (
+        f"{path}: {where} holds {size:,} bytes, more than the {max_bytes:,} one article may hold"
+        " (--max-article-bytes): skipped"
+    )
+
+
+@pytest.mark.reliability
+def test_a_jsonl_line_is_held_up_to_the_limit_and_no_further(tmp_path: Path) -> None:
+    rows = [{"id": 1, "title": "A", "text": "a"}, {"id": 2, "title": "Big", "text": "ü" * 100_000}]
+    lines = [json.dumps(row, ensure_ascii=False).encode() + b"\n" for row in [*rows, {**rows[0], "id": 3}]]
+    path = write(tmp_path / "rows.jsonl.gz", b"".join(lines), gzip.open)
+    longest = len(lines[1]) - 1  # the line without its end; longer than a piece read at a time
+    assert read_skipping(path, longest) == (["1", "2", "3"], [])
+    assert read_skipping(path, longest - 1) == (
+        ["1", "3"],
+        [too_large(path, "line 2", len(lines[1]), longest - 1)],
+    )
+    # Lines and offsets are still counted right after a skipped line.
+    bad = write(tmp_path / "bad.jsonl", b"".join(lines) + '{"id": 4, "title": "Zürich"}\n'.encode("latin-1"))
+    with pytest.raises(InputFormatError) as exc:
+        read_skipping(bad, 100)
+    offset = sum(map(len, lines)) + len(b'{"id": 4, "title": "Z')
+    assert f"line 4 is not UTF-8 (byte 0xfc at offset {offset})" in one_line_error(bad, exc)
+
+
+@pytest.mark.reliability
+def test_an_xml_page_over_the_limit_is_skipped_by_its_wikitext_bytes(tmp_path: Path) -> None:
+    big = "ü" * 600  # 600 characters, 1,200 bytes
+    path = write(
+        tmp_path / "dump.xml.bz2",
+        dump(
+            page(1, "Small", "Fine."),
+            page(2, "Big", "old revision", big),
+            page(3, "Talk:Big", big, ns=1),  # not an article: skipped without a word, as before
+            page(4, "Redirect", "#REDIRECT [[Big]] " + big),
+            page(5, "Later", big, "Short again."),  # only the last revision counts
+            page(6, "Tail", "Fine too."),
+        ),
+        bz2.open,
+    )
+    assert read_skipping(path, 1200) == (["1", "2", "5", "6"], [])
+    assert read_skipping(path, 1199) == (["1", "5", "6"], [too_large(path, "page 2 ('Big')", 1200, 1199)])
+
+
+def test_xml_fed_in_tiny_pieces_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path / "dump.xml", dump(*WIKI_PAGES))
+    monkeypatch.setattr(readers, "_PIECE", 7)  # pages, tags and entities split across reads
+    assert list(read_articles(path)) == WIKI_ARTICLES
+
+
+@pytest.mark.reliability
+def test_an_xml_tag_longer_than_the_limit_refuses_the_file_after_the_pages_before_it(tmp_path: Path) -> None:
+    # Expat holds a tag until it ends, so no page can be skipped: this is not a dump.
+    tag = f'<page><title lang="{"a" * 300_000}">Bomb</title></page>'
+    path = write(tmp_path / "dump.xml", dump(page(1, "Small", "Fine."), tag))
+    articles = read_articles(path, max_bytes=1000)
+    assert next(articles).id == "1"
+    with pytest.raises(InputFormatError) as exc:
+        next(articles)
+    assert re.search(
+        r"the [\d,]+ bytes of XML before byte [\d,]+ hold no element or text, more than the 1,000 an article"
+        r" may hold: one tag, comment or declaration that long is not a MediaWiki dump",
+        one_line_error(path, exc),
+    )
+
+
+@pytest.mark.reliability
+def test_xml_nested_past_any_dump_refuses_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "dump.xml.gz", dump(page(1, "Small", "Fine."), "<a>" * 100_000), gzip.open)
+    articles = read_articles(path)
+    assert next(articles).id == "1"
+    with pytest.raises(InputFormatError) as exc:
+        next(articles)
+    assert "elements nested more than 100 deep at line 4; not a MediaWiki dump" in one_line_error(path, exc)
+
+
+@pytest.mark.reliability
+def test_a_wikiextractor_doc_over_the_limit_is_skipped_line_by_line(tmp_path: Path) -> None:
+    many = [f"Line {i} of a long article." for i in range(100)]
+    docs = [
+        doc("1", "Small", "Fine."),
+        doc("2", "Long", *many),
+        doc("3", "Huge", "x" * 5000),
+        doc("4", "Tail", "Ok."),
+    ]
+    path = write(tmp_path / "wiki_00.xz", "".join(docs), lzma.open)
+
+    def body(d: str) -> int:  # bytes between the <doc> line and </doc>
+        return len(d.split("\n", 1)[1].rsplit("</doc>", 1)[0].encode())
+
+    assert read_skipping(path, 2000) == (
+        ["1", "4"],
+        [
+            too_large(path, "the <doc> of line 6 (id 2, 'Long')", body(docs[1]), 2000),
+            too_large(path, "the <doc> of line 110 (id 3, 'Huge')", body(docs[2]), 2000),
+        ],
+    )
+    assert read_skipping(path, body(docs[1]))[0] == ["1", "2", "4"]
+
+
+@pytest.mark.reliability
+def test_a_parquet_text_over_the_limit_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "wiki.parquet"
+    pq.write_table(
+        pa.table({"id": [1, 2, 3], "title": ["A", "Big", "C"], "text": ["a", "ü" * 600, "c"]}), path
+    )
+    assert read_skipping(path, 1199) == (["1", "3"], [too_large(path, "row 2 (id 2, 'Big')", 1200, 1199)])
+
+
+@pytest.mark.reliability
+def test_a_parquet_row_group_over_its_bound_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "wiki.parquet"
+    texts = ["short"] * 5 + ["x" * 30_000]  # 30,000 bytes: more than 256 articles of 100 bytes
+    table = pa.table({"id": list(range(6)), "title": [f"T{i}" for i in range(6)], "text": texts})
+    pq.write_table(table, path, row_group_size=5, compression="zstd")
+    articles = read_articles(path, max_bytes=100)
+    assert [next(articles).id for _ in range(5)] == ["0", "1", "2", "3", "4"]
+    with pytest.raises(InputFormatError) as exc:
+        next(articles)
+    message = one_line_error(path, exc)
+    assert (
+        "row group 2 holds" in message and "more than 25,600 (256 articles of --max-article-bytes)" in message
+    )
+    assert message.endswith("write the file with smaller row groups (row_group_size=1000)")
+
+
+def test_the_limit_must_be_positive(tmp_path: Path) -> None:
+    path = write(tmp_path / "rows.jsonl", jsonl([{"id": 1, "title": "A", "text": "a"}]))
+    with pytest.raises(ConfigError, match="max_bytes must be 1 or more, not 0"):
+        read_articles(path, max_bytes=0)
 
 
 # --- the shared Wikipedia samples ---------------------------------------------------------------------

@@ -3,18 +3,27 @@ ends in one line, and what an ingest reports (counts, progress) is right."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import os
+import re
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from click.testing import CliRunner, Result
 
 from bertknn_search.cli import main
 from bertknn_search.config import Config
+from bertknn_search.errors import ConfigError
 from bertknn_search.ingest import readers
 from bertknn_search.ingest.pipeline import add_articles, ingest
 
@@ -70,33 +79,56 @@ def test_an_empty_title_is_refused(base_config: Config, tmp_path: Path) -> None:
     )
 
 
-def test_an_article_past_the_size_limit_is_one_line(
-    base_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The real limit is 2 MiB; a small one keeps the test fast (raising=False: older code had none).
-    monkeypatch.setattr(readers, "MAX_ARTICLE_CHARS", 10_000, raising=False)
-    text = "Zorblat was a poet. " * 600  # 12,000 characters
-    path = jsonl(tmp_path / "huge.jsonl", [{"id": 1, "title": "Huge", "text": text}])
-    line = one_line_error(
-        CliRunner().invoke(main, ingest_args(path, tmp_path / "i", base_config.model, "--device", "cpu"))
+def test_an_article_past_the_size_limit_is_skipped_with_one_line(base_config: Config, tmp_path: Path) -> None:
+    rows = [
+        {"id": 1, "title": "Before", "text": "Zorblat was a poet."},
+        {"id": 2, "title": "Huge", "text": "Zorblat was a poet. " * 600},  # 12,000 characters
+        {"id": 3, "title": "After", "text": "Mirvane was a poet."},
+    ]
+    path = jsonl(tmp_path / "huge.jsonl", rows)
+    args = ingest_args(path, tmp_path / "i", base_config.model, "--device", "cpu", "--json")
+    result = CliRunner().invoke(main, [*args, "--max-article-bytes", "10000"])
+    assert result.exit_code == 0, result.output
+    size = len(json.dumps(rows[1])) + 1  # the line as read, with its end
+    assert result.stderr.splitlines() == [
+        f"warning: {path}: line 2 holds {size:,} bytes, more than the 10,000 one article may hold"
+        " (--max-article-bytes): skipped"
+    ]
+    summary = json.loads(result.stdout)
+    assert (summary["articles"], summary["too_large"]) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("size", "why"),
+    [("0", "must be more than 0 bytes"), ("lots", "is not a size; write e.g. 20GB, 500MB or 1.5GiB")],
+)
+def test_a_bad_max_article_bytes_is_refused(base_config: Config, tmp_path: Path, size: str, why: str) -> None:
+    path = jsonl(tmp_path / "a.jsonl", [{"id": 1, "title": "A", "text": "Zorblat was a poet."}])
+    result = CliRunner().invoke(
+        main, [*ingest_args(path, tmp_path / "i", base_config.model), "--max-article-bytes", size]
     )
-    assert line == (
-        f"Error: {path}: line 1 ('Huge') holds 12,000 characters; one article may hold at most 10,000"
-        " (Wikipedia's own page limit): split it into several articles"
-    )
+    assert result.exit_code == 2  # a bad flag, as any other
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: Invalid value for '--max-article-bytes': {size!r} {why}"]
+    with pytest.raises(ConfigError, match="--max-article-bytes must be more than 0 bytes, got 0"):
+        base_config.replace(max_article_bytes=0)
 
 
 def test_the_size_limit_is_wikipedias_and_is_checked_before_markup_is_parsed(tmp_path: Path) -> None:
-    assert readers.MAX_ARTICLE_CHARS == 2 * 1024 * 1024
-    wikitext = "{{a}}" * (readers.MAX_ARTICLE_CHARS // 5 + 1)  # all markup: nothing left once parsed
+    assert readers.MAX_ARTICLE_BYTES == Config().max_article_bytes == 2 * 1024 * 1024
+    wikitext = "{{a}}" * (readers.MAX_ARTICLE_BYTES // 5 + 1)  # all markup: nothing left once parsed
     dump = tmp_path / "dump.xml"
     dump.write_text(
         f"<mediawiki><page><title>Big</title><ns>0</ns><id>7</id><revision><text>{wikitext}</text>"
         "</revision></page></mediawiki>",
         encoding="utf-8",
     )
-    with pytest.raises(readers.InputFormatError, match=r"page 7 \('Big'\) holds 2,097,155 characters"):
-        list(readers.read_articles(dump))
+    skipped: list[str] = []
+    assert list(readers.read_articles(dump, on_skip=skipped.append)) == []
+    assert skipped == [
+        f"{dump}: page 7 ('Big') holds 2,097,155 bytes, more than the 2,097,152 one article may hold"
+        " (--max-article-bytes): skipped"
+    ]
 
 
 # --- what the user types -------------------------------------------------------------------------------
@@ -281,3 +313,180 @@ def test_without_progress_nothing_is_printed(
 ) -> None:
     ingest(corpus, base_config.replace(index=tmp_path / "i"), progress=False)
     assert capsys.readouterr().err == ""
+
+
+# --- decompression bombs ---------------------------------------------------------------------------------
+
+BOMB = 256 * 1024 * 1024  # bytes that one article of a bomb expands to, from a few KB
+# Above the same command on a small file: room for the 2 MiB limit, the pieces read and noise. A reader that
+# held the bomb's article even once would need its 256 MiB more.
+HEADROOM = 96 * 1024 * 1024
+A_BLOCK = b"a" * (8 * 1024 * 1024)
+LINES_BLOCK = (b"a" * 127 + b"\n") * 65_536  # 8 MiB too
+COMPRESS = {".bz2": bz2.compress, ".gz": gzip.compress, ".xz": lzma.compress}
+MEDIAWIKI = b'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">\n'
+
+
+def _row(i: int, title: str) -> bytes:
+    return json.dumps({"id": i, "title": title, "text": f"{title} was a poet."}).encode() + b"\n"
+
+
+def _page(i: int, title: str) -> bytes:
+    body = f"<revision><id>{i}0</id><text>{title} was a poet.</text></revision>"
+    return f"<page><title>{title}</title><ns>0</ns><id>{i}</id>{body}</page>\n".encode()
+
+
+def _doc(i: int, title: str) -> bytes:
+    return f'<doc id="{i}" url="u" title="{title}">\n{title}\n\n{title} was a poet.\n</doc>\n'.encode()
+
+
+# Up to the bomb's <text>, whose start tag is left open.
+XML_HEAD = MEDIAWIKI + _page(1, "B") + b"<page><title>Bomb</title><ns>0</ns><id>2</id><revision><text"
+JSONL_BOMB = (_row(1, "B") + b'{"id": 2, "title": "Bomb", "text": "', A_BLOCK, b'"}\n' + _row(3, "A"))
+XML_BOMB = (XML_HEAD + b">", A_BLOCK, b"</text></revision></page>\n" + _page(3, "A") + b"</mediawiki>\n")
+DOC_HEAD = _doc(1, "B") + b'<doc id="2" url="u" title="Bomb">\nBomb\n\n'
+# name -> what comes before the bomb's article's text, the block repeated to BOMB bytes, what comes after.
+BOMBS = {
+    "rows.jsonl.bz2": JSONL_BOMB,
+    "rows.jsonl.gz": JSONL_BOMB,
+    "dump.xml.bz2": XML_BOMB,
+    "dump.xml.xz": XML_BOMB,
+    "wiki_00.bz2": (DOC_HEAD, A_BLOCK, b"\n</doc>\n" + _doc(3, "A")),  # one line
+    "wiki_01.xz": (DOC_HEAD, LINES_BLOCK, b"</doc>\n" + _doc(3, "A")),  # many lines
+}
+
+
+def bomb(path: Path, head: bytes, block: bytes, tail: bytes) -> Path:
+    """``head``, ``block`` repeated to BOMB bytes, then ``tail``, each compressed on its own: bz2, gzip
+    and xz read streams one after another as one file, so the block is compressed once."""
+    compress = COMPRESS[path.suffix]
+    body = compress(block)
+    with path.open("wb") as out:
+        out.write(compress(head))
+        for _ in range(BOMB // len(block)):
+            out.write(body)
+        out.write(compress(tail))
+    return path
+
+
+class Run(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+    peak: int  # the process's peak resident memory, in bytes
+
+
+def run_bounded(args: list[str], ceiling: int, work: Path) -> Run:
+    """Run the CLI; it is killed once its resident memory passes ``ceiling`` bytes (or after WAIT
+    seconds), so a reader that holds what a bomb expands to fails the test without taking the machine."""
+    out, err = work / "stdout", work / "stderr"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bertknn_search", *args], stdout=stdout, stderr=stderr, env=env
+        )
+    done, peak = threading.Event(), [0]
+    watcher = threading.Thread(target=_watch, args=(proc.pid, ceiling, done, peak))
+    watcher.start()
+    # Not reaped until the watcher stops: till then its pid cannot be another process's.
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    done.set()
+    watcher.join()
+    return Run(proc.wait(), out.read_text(), err.read_text(), peak[0])
+
+
+def _watch(pid: int, ceiling: int, done: threading.Event, peak: list[int]) -> None:
+    """Follow the peak resident memory of ``pid`` in ``peak[0]``; kill it past ``ceiling`` or WAIT seconds.
+
+    Read from /proc rather than wait4's ru_maxrss, which starts a child at the resident memory of its
+    parent when forked: this test process, torch loaded.
+    """
+    deadline = time.monotonic() + WAIT
+    while not done.wait(0.01):
+        peak[0] = max(peak[0], _high_water(pid))
+        if peak[0] > ceiling or time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return
+
+
+def _high_water(pid: int) -> int:
+    """Peak resident bytes of the running process ``pid`` (VmHWM); 0 once it has exited."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.fixture(scope="module")
+def small_peak(base_config: Config, tmp_path_factory: pytest.TempPathFactory) -> int:
+    """Peak resident bytes of the bomb tests' command on a small file: the model, torch, the index."""
+    work = tmp_path_factory.mktemp("small")
+    path = work / "rows.jsonl"
+    path.write_bytes(_row(1, "B") + _row(3, "A"))
+    run = run_bounded(ingest_args(path, work / "index", base_config.model, "--device", "cpu"), 8 << 30, work)
+    assert run.returncode == 0, run.stderr
+    return run.peak
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for memory")
+
+
+@linux_only
+@pytest.mark.parametrize(
+    ("name", "where"),
+    [
+        ("rows.jsonl.bz2", "line 2"),
+        ("rows.jsonl.gz", "line 2"),
+        ("dump.xml.bz2", "page 2 ('Bomb')"),
+        ("dump.xml.xz", "page 2 ('Bomb')"),
+        ("wiki_00.bz2", "the <doc> of line 6 (id 2, 'Bomb')"),
+        ("wiki_01.xz", "the <doc> of line 6 (id 2, 'Bomb')"),
+    ],
+)
+def test_a_decompression_bomb_is_skipped_in_bounded_memory(
+    base_config: Config, tmp_path: Path, small_peak: int, name: str, where: str
+) -> None:
+    path = bomb(tmp_path / name, *BOMBS[name])
+    assert path.stat().st_size < 400_000
+    index = tmp_path / "index"
+    args = ingest_args(path, index, base_config.model, "--device", "cpu", "--json")
+    run = run_bounded(args, small_peak + HEADROOM, tmp_path)
+    assert run.peak <= small_peak + HEADROOM, f"peak {run.peak:,} bytes, {small_peak:,} on a small file"
+    assert run.returncode == 0, run.stderr
+    [warning] = run.stderr.splitlines()
+    found = re.fullmatch(
+        rf"warning: {re.escape(str(path))}: {re.escape(where)} holds ([\d,]+) bytes, more than the"
+        r" 2,097,152 one article may hold \(--max-article-bytes\): skipped",
+        warning,
+    )
+    assert found and int(found[1].replace(",", "")) >= BOMB, warning
+    summary = json.loads(run.stdout)
+    assert (summary["articles"], summary["too_large"]) == (2, 1)
+    from bertknn_search.backends.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend.open(index)
+    try:
+        assert set(backend.fingerprints(["1", "2", "3"])) == {"1", "3"}  # the articles around it are kept
+    finally:
+        backend.close()
+
+
+@linux_only
+def test_an_xml_tag_that_expands_past_the_limit_refuses_the_file_in_bounded_memory(
+    base_config: Config, tmp_path: Path, small_peak: int
+) -> None:
+    # Expat holds a tag whole until it ends: no article to skip, a file that is not a dump.
+    tail = b'">x</text></revision></page></mediawiki>\n'
+    path = bomb(tmp_path / "dump.xml.bz2", XML_HEAD + b' a="', A_BLOCK, tail)
+    args = ingest_args(path, tmp_path / "index", base_config.model, "--device", "cpu")
+    run = run_bounded(args, small_peak + HEADROOM, tmp_path)
+    assert run.peak <= small_peak + HEADROOM, f"peak {run.peak:,} bytes, {small_peak:,} on a small file"
+    assert run.returncode == 1, run.stderr
+    [error] = run.stderr.splitlines()
+    assert re.fullmatch(
+        rf"Error: {re.escape(str(path))}: the [\d,]+ bytes of XML before byte [\d,]+ hold no element or text,"
+        r" more than the 2,097,152 an article may hold: one tag, comment or declaration that long is not a"
+        r" MediaWiki dump",
+        error,
+    ), error

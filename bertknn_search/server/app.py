@@ -163,6 +163,16 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
 
         An article whose id is stored already is replaced.
         """
+        limit = config.max_article_bytes
+        for a in body.articles:
+            # The CLI's limit: one article's text decides a cold encode's rows and its stored row.
+            size = len(a.text.encode("utf-8"))
+            if size > limit:
+                raise HTTPException(
+                    413,
+                    f"article {a.id!r} holds {size:,} bytes of text, more than the {limit:,} one article"
+                    " may hold (Wikipedia's own page limit); split it, nothing was written",
+                )
         articles = [Article(a.id, a.title, a.text) for a in body.articles]
         summary = await asyncio.wrap_future(writer.add(articles))
         return _json_response(to_json(summary))

@@ -7,7 +7,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bertknn_search.config import Config, thresholds_from_json
-from bertknn_search.ingest.readers import MAX_ARTICLE_CHARS
 
 # Bounds: a request may not make the server do unbounded work or hold unbounded memory.
 MAX_QUESTIONS = 1024  # per request; more are sent in several requests (query --server does)
@@ -102,8 +101,7 @@ class QueryRequest(MethodOverrides):
 class ArticleIn(Strict):
     id: str = Field(min_length=1, max_length=200, description="Stable id; an id stored already is replaced.")
     title: str = Field(min_length=1, max_length=1000)
-    # The CLI's limit (Wikipedia's own page size): a longer article would hold a cold encode's memory.
-    text: str = Field(min_length=1, max_length=MAX_ARTICLE_CHARS)
+    text: str = Field(min_length=1)  # at most the server's max_article_bytes (checked by the route: 413)
 
     @field_validator("text")
     @classmethod
