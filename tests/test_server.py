@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from collections.abc import Iterator, Sequence
@@ -326,6 +327,28 @@ def test_the_page_and_the_api_docs_load_nothing_from_the_internet(api: TestClien
     assert api.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
     paths = api.get("/openapi.json").json()["paths"]
     assert {"/query", "/articles", "/articles/{article_id}", "/stats", "/health"} <= set(paths)
+
+
+def test_the_docs_swagger_ui_reads_the_openapi_version_the_app_writes(api: TestClient) -> None:
+    # Swagger UI before 5 says "does not specify a valid version field" for OpenAPI 3.1 and lists nothing;
+    # the browser test sees the operations, this one holds where Chromium is not installed.
+    openapi = api.get("/openapi.json").json()["openapi"]
+    bundle = api.get("/docs-assets/swagger-ui-bundle.js").text
+    found = re.search(r'PACKAGE_VERSION:"(\d+)\.(\d+)\.\d+"', bundle)
+    assert found is not None, "no version in the served Swagger UI bundle"
+    major = int(found.group(1))
+    assert openapi.startswith("3.0") or major >= 5, (
+        f"Swagger UI {found.group(0)} cannot read OpenAPI {openapi}"
+    )
+    assert "/docs-assets/swagger-ui-bundle.js" in api.get("/docs").text
+
+
+def test_the_favicon_is_served(api: TestClient) -> None:
+    for path in ("/favicon.ico", "/static/favicon.svg"):
+        reply = api.get(path)
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("image/svg+xml"), path
+        assert reply.text.lstrip().startswith("<svg")
+    assert 'rel="icon" href="/static/favicon.svg"' in api.get("/").text
 
 
 # -- NaN, infinities and the extremes of each range ----------------------------------------------------

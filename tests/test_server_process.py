@@ -18,6 +18,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,23 +228,67 @@ def chromium() -> tuple[str, str]:
     return browser, driver
 
 
-def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact], tmp_path: Path) -> None:
+@contextmanager
+def headless_chromium() -> Iterator[Any]:
+    """A headless Chromium driven by selenium, quit on the way out."""
     browser, driver_path = chromium()
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as seen
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = Options()
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1500"):
         options.add_argument(flag)
     options.binary_location = browser
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_api_docs_list_the_operations_in_chromium(live: Served) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with headless_chromium() as driver:
+        driver.get(live.url + "/docs")
+        # Swagger UI draws an operation block per route once it has read /openapi.json; a version it cannot
+        # read draws an error box instead, and no block ever comes.
+        blocks = WebDriverWait(driver, 60).until(
+            lambda d: (
+                d.find_elements(By.CSS_SELECTOR, ".opblock-summary")
+                or d.find_elements(By.CSS_SELECTOR, ".errors-wrapper")
+            )
+        )
+        assert not driver.find_elements(By.CSS_SELECTOR, ".errors-wrapper"), driver.find_element(
+            By.TAG_NAME, "body"
+        ).text
+        listed = {
+            (
+                b.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text,
+                b.find_element(By.CSS_SELECTOR, ".opblock-summary-path").text,
+            )
+            for b in blocks
+        }
+        assert {
+            ("POST", "/query"),
+            ("POST", "/articles"),
+            ("DELETE", "/articles/{article_id}"),
+            ("GET", "/stats"),
+            ("GET", "/health"),
+        } <= listed, listed
+        assert "Unable to render" not in driver.find_element(By.TAG_NAME, "body").text
+
+
+def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact], tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
     fact = facts[1]
     person = fact.person.title()
-    try:
+    with headless_chromium() as driver:
         driver.get(live.url + "/")
         question = driver.find_element(By.ID, "question")
         assert "[MASK]" in driver.find_element(By.ID, "mask-hint").text
@@ -270,8 +315,6 @@ def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact]
         shot.parent.mkdir(parents=True, exist_ok=True)
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         print(f"screenshot: {shot}")
-    finally:
-        driver.quit()
 
 
 def test_sigterm_during_a_cold_encode_stops_within_seconds_and_keeps_whole_parts(

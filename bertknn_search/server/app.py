@@ -201,6 +201,11 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
+    # Browsers ask for /favicon.ico whatever a page links to (the API docs, a JSON reply): no 404 in the log.
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _add_docs(app)
     return app
@@ -211,10 +216,13 @@ def _json_response(text: str) -> Response:
 
 
 def _add_docs(app: FastAPI) -> None:
-    """The OpenAPI page, with Swagger UI served from the installed package rather than a CDN."""
-    from swagger_ui_bundle import swagger_ui_path
+    """The OpenAPI page, with Swagger UI served from the installed package rather than a CDN.
 
-    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+    fastapi-offline ships Swagger UI 5, which reads the OpenAPI 3.1 that FastAPI writes; the 4.x of
+    swagger-ui-bundle rendered "does not specify a valid version field" instead of the operations.
+    """
+    assets = Path(str(files("fastapi_offline") / "static"))
+    app.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
@@ -223,7 +231,7 @@ def _add_docs(app: FastAPI) -> None:
             title="bertknn-search API",
             swagger_js_url="/docs-assets/swagger-ui-bundle.js",
             swagger_css_url="/docs-assets/swagger-ui.css",
-            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+            swagger_favicon_url="/static/favicon.svg",
         )
 
 
