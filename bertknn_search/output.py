@@ -18,6 +18,8 @@ def to_json(record: Any) -> str:
     data = dataclasses.asdict(record)
     if isinstance(record, Answer):
         data["partial"] = record.partial  # derived, but what a client checks first
+    if isinstance(record, IndexStats) and record.meta.contexts == "lazy" and not record.estimated_contexts:
+        data["estimated_contexts"] = None  # unknown until an article is encoded: 0 would read as "none"
     return json.dumps(_jsonable(data), ensure_ascii=False)
 
 

@@ -45,6 +45,7 @@ def test_a_lazy_index_answers_as_an_eager_one_and_says_what_it_holds(
 ) -> None:
     before = stats(lazy_index)
     assert (before["meta"]["contexts"], before["contexts"], before["encoded_articles"]) == ("lazy", 0, 0)
+    assert before["estimated_contexts"] is None  # unknown, as the text says, not an estimate of 0
     text = run("stats", "--index", lazy_index).output
     assert "contexts mode     lazy" in text and "encoded articles  0 of 20" in text
     assert "eager estimate    unknown until a query encodes an article" in text

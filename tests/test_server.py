@@ -17,7 +17,7 @@ pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e 
 from fastapi.testclient import TestClient
 
 from bertknn_search.backends import open_backend
-from bertknn_search.config import Config
+from bertknn_search.config import CPU_BUDGET, Config
 from bertknn_search.demo import Fact
 from bertknn_search.output import to_json
 from bertknn_search.records import Answer, Question
@@ -316,6 +316,20 @@ def test_stats_are_those_of_the_stats_command(
     server = stats.pop("server")
     assert stats == json.loads(to_json(index_stats(built_index)))
     assert server["questions"] >= 3 and server["defaults"]["temperature"] == SHARP
+
+
+def test_stats_defaults_are_spelled_as_requests_spell_them(api: TestClient, facts: list[Fact]) -> None:
+    defaults = api.get("/stats").json()["server"]["defaults"]
+    assert set(defaults) == {
+        *("top", "k", "n-articles", "lambda", "temperature", "distance", "no-ir", "gate"),
+        *("gate-thresholds", "evidence", "budget", "exact"),
+    }
+    assert defaults["lambda"] == 0.3 and defaults["no-ir"] is False and defaults["n-articles"] == 3
+    # The device's budget when none was given (a CPU here), not a null that reads as "exact".
+    assert defaults["budget"] == CPU_BUDGET and defaults["exact"] is False
+    # What /stats says a request gets is itself a valid request, with the same answer as none.
+    given = api.post("/query", json={**born(facts[0]), **defaults}).json()["answers"][0]
+    assert given == api.post("/query", json=born(facts[0])).json()["answers"][0]
 
 
 def test_the_page_and_the_api_docs_load_nothing_from_the_internet(api: TestClient) -> None:

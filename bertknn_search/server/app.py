@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from bertknn_search import session
-from bertknn_search.config import Config
+from bertknn_search.config import Config, settings_file_values
 from bertknn_search.errors import (
     BackendError,
     BertKnnError,
@@ -178,14 +178,16 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     @app.get("/stats", summary="What the index holds, and what the server has done")
     async def stats() -> Response:
         """The JSON of ``bertknn-search stats --json``, plus ``server``: questions, batches, writes."""
-        result = json.loads(to_json(await run_in_threadpool(session.index_stats, config)))
+        index = await run_in_threadpool(session.index_stats, config)
+        result = json.loads(to_json(index))
+        head = batcher.has_head if batcher.has_head is not None else index.mlm_head
         result["server"] = {
             **batcher.stats.as_dict(),
             "adds": writer.adds,
             "deletes": writer.deletes,
             "writing": writer.running,
             "max_batch": batcher.max_batch,
-            "defaults": config.method_settings() | {"top": config.top},
+            "defaults": request_defaults(config, batcher.device_type, head),
         }
         return _json_response(json.dumps(result, ensure_ascii=False))
 
@@ -209,6 +211,24 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _add_docs(app)
     return app
+
+
+def request_defaults(config: Config, device_type: str | None, has_head: bool | None) -> dict[str, Any]:
+    """The method options a question gets unless its request gives them, spelled as a request spells them
+    (``lambda``, ``no-ir``, ``n-articles``) and with the values that apply: λ is 1 on a model without a
+    masked-LM head (BERT-kNN is kNN alone there), and ``budget`` is the device's default when none was
+    given (null: exact, or the model not loaded yet to say which device it runs on).
+
+    Args:
+        config: the server's settings.
+        device_type: "cpu" or "cuda", where the model runs; None before it loads.
+        has_head: whether the model has a masked-LM head; None when unknown.
+    """
+    values = settings_file_values(config.method_settings())
+    if has_head is False:
+        values["lambda"] = 1.0
+    values["budget"] = config.budget if device_type is None else config.budget_for(device_type)
+    return {"top": config.top, **values}
 
 
 def _json_response(text: str) -> Response:
