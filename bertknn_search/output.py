@@ -186,13 +186,18 @@ def render_datastore(datastore: Mapping[str, Any]) -> str | None:
     return line
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` with the noun that agrees with it: "1 article", "2 articles", "0 contexts"."""
+    return f"{n:,} {noun if n == 1 else noun + 's'}"
+
+
 def render_warm(summary: Any) -> str:
     """A warm run in one line: what the input needed, what was encoded now, what the index holds."""
     s = summary
     line = (
-        f"warmed {s.articles:,} articles ({s.encoded_articles:,} encoded now, the rest already held):"
-        f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s);"
-        f" the index holds {s.index_contexts:,} contexts"
+        f"warmed {counted(s.articles, 'article')} ({s.encoded_articles:,} encoded now, the rest already"
+        f" held): {counted(s.contexts, 'context')} in {s.seconds:.1f} s"
+        f" ({s.contexts_per_second:,.0f} contexts/s); the index holds {counted(s.index_contexts, 'context')}"
     )
     if s.estimated_contexts:
         line += f" of ~{s.estimated_contexts:,} an eager index would hold"
@@ -208,16 +213,16 @@ def render_summary(summary: Any, verb: str) -> str:
     """
     s = summary
     line = (
-        f"{verb} {s.articles:,} articles ({s.replaced:,} replaced, {s.already_stored:,} already stored,"
-        f" {s.empty:,} empty skipped, {s.duplicates:,} duplicate ids): {s.sentences:,} sentences,"
-        f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s)"
-        f" into {s.location}"
+        f"{verb} {counted(s.articles, 'article')} ({s.replaced:,} replaced, {s.already_stored:,} already"
+        f" stored, {s.empty:,} empty skipped, {counted(s.duplicates, 'duplicate id')}):"
+        f" {counted(s.sentences, 'sentence')}, {counted(s.contexts, 'context')} in {s.seconds:.1f} s"
+        f" ({s.contexts_per_second:,.0f} contexts/s) into {s.location}"
     )
     windowed = getattr(s, "windowed", 0)
     if windowed:
         # Said once, here, instead of the tokenizer's warning in the middle of the progress bar.
         line += (
-            f"; {windowed:,} {'sentence' if windowed == 1 else 'sentences'} longer than --max-length"
+            f"; {counted(windowed, 'sentence')} longer than --max-length"
             f" ({s.max_length:,} tokens) encoded as windows of that length around each masked word"
         )
     return line
