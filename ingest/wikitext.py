@@ -108,7 +108,8 @@ def _inline_template(template: Template) -> str | None:
     name = " ".join(str(template.name).replace("_", " ").split()).lower()
     if name in _SYMBOLS:
         return _SYMBOLS[name]
-    if name not in _INLINE and not name.startswith("lang-"):
+    # Not {{lang-xx|...}}: those give a lead's other names ("Zürich (Swiss German: Züri)"), not its prose.
+    if name not in _INLINE:
         return None  # infoboxes and citations: not worth rendering their many arguments to drop them
     args = [_plain(p.value) for p in template.params if not p.showkey]
     if name in ("convert", "cvt") and args:
@@ -122,7 +123,7 @@ def _inline_template(template: Template) -> str | None:
         return f"c. {args[0]}" if args else "c."
     if name == "lang" and len(args) >= 2:
         return args[1]
-    if (name in _FIRST_ARGUMENT or name.startswith("lang-")) and args:
+    if name in _FIRST_ARGUMENT and args:
         return args[0]
     if name in ("transl", "transliteration") and args:
         return args[-1]
