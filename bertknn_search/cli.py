@@ -211,8 +211,9 @@ def warm(qfile: Any, titles: Any, no_progress: bool, as_json: bool, **flags: Any
     A lazy index encodes an article the first time a query needs it; warming does that for a whole
     question file in large batches, so the questions then run warm. 'eval warm' does it for a dataset.
 
-    Examples: bertknn-search warm --file questions.txt --device cuda;
-    bertknn-search warm --titles "Marie Curie" --titles "Aa River"; bertknn-search warm --titles titles.txt
+    Example: bertknn-search warm --file questions.txt --device cuda
+
+    Example: bertknn-search warm --titles "Albert Einstein" --titles "Aa River" (or --titles titles.txt)
     """
     from bertknn_search.output import render_warm, to_json
     from bertknn_search.records import Question
