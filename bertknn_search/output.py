@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import settings_file_values
-from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction
+from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction, SplitWord
 
 
 def to_json(record: Any) -> str:
@@ -70,12 +70,24 @@ def render_answer(answer: Answer, top: int) -> str:
         if not any(cells):
             break
         lines.append(f"{i + 1:>3}  " + "".join(f"{c:<24}" for c in cells))
+    if answer.split_words:
+        lines.append(render_split_words(answer.split_words))
     for ev in answer.evidence:
         lines.append(f"evidence for {ev.word!r}:")
         for s in ev.sentences:
             marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
             lines.append(f"  - {marked}  ({s.title}, d²={s.distance:.2f})")
     return "\n".join(line for line in lines if line)
+
+
+def render_split_words(words: list[SplitWord]) -> str:
+    """Why an expected answer is missing: the words at [MASK]'s place that are several wordpieces."""
+    listed = ", ".join(f"{w.word!r} ({' '.join(w.pieces)}, in {w.title})" for w in words)
+    one = len(words) == 1
+    return (
+        f"note: {listed} {'stands' if one else 'stand'} where the question has [MASK], but an answer is one"
+        f" wordpiece of the model's vocabulary, so {'it cannot be one' if one else 'none of them can be'}"
+    )
 
 
 def render_coverage(answer: Answer) -> str:

@@ -94,10 +94,24 @@ function drawCoverage(answer) {
     : "";
 }
 
+function drawSplitWords(answer) {
+  // The word the question seems to ask for, where the vocabulary splits it: no ranking can hold it.
+  const box = $("split-words");
+  const words = answer.split_words || [];
+  box.hidden = !words.length;
+  const listed = words.map((w) => `“${w.word}” (${w.pieces.join(" ")}, in ${w.title})`).join(", ");
+  box.textContent = !words.length
+    ? ""
+    : `Note: ${listed} ${words.length === 1 ? "stands" : "stand"} where the question has [MASK], but ` +
+      "an answer is one wordpiece of the model's vocabulary, so " +
+      (words.length === 1 ? "it cannot be one." : "none of them can be.");
+}
+
 function draw(answer) {
   $("asked").textContent = answer.question + (answer.subject ? `  (subject: ${answer.subject})` : "");
   drawArticles(answer);
   drawCoverage(answer);
+  drawSplitWords(answer);
   for (const box of document.querySelectorAll(".ranking")) drawRanking(box, answer[box.dataset.model]);
   drawEvidence(answer);
   $("result").hidden = false;
