@@ -45,7 +45,7 @@ class Group(click.Group):
 def main() -> None:
     """Answer cloze questions with BERT-kNN: BERT interpolated with a kNN over Wikipedia contexts.
 
-    Example: bertknn-search query "Albert Einstein was born in [MASK]."
+    Example: bertknn-search query "Albert Einstein received the Nobel Prize in [MASK]."
     """
 
 
@@ -156,7 +156,7 @@ def query(
 ) -> None:
     """Answer cloze questions: BERT-kNN, BERT and kNN rankings, the articles used and the evidence.
 
-    Example: bertknn-search query "Albert Einstein was born in [MASK]." --subject "Albert Einstein"
+    Example: bertknn-search query "Einstein received the Nobel Prize in [MASK]." --subject "Albert Einstein"
     """
     from bertknn_search.encode_bar import EncodeBar
     from bertknn_search.output import render_answer, to_json

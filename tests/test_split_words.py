@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from bertknn_search.config import Config
 from bertknn_search.output import render_answer
 from bertknn_search.server.client import answer_from_json
 from bertknn_search.split_words import MAX_WORDS, slot_words, split_words
 from tests.test_cli import run
+from tests.test_readers import GENSIM_DUMP
+
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 # BERT's uncased vocabulary, as far as these tests need it.
 PIECES = {"ulm": ["ul", "##m"], "wurttemberg": ["wu", "##rt", "##tem", "##berg"], "germany": ["germany"]}
@@ -68,3 +74,25 @@ def test_an_answer_says_why_a_word_of_several_pieces_is_missing(index_copy: Conf
         run("query", "Zorblat was born in [MASK].", "--subject", "Zorblat", *index, "--json").output
     )
     assert other["split_words"] == []
+
+
+def test_the_readme_s_headline_question_can_be_answered_from_its_article(minilm: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from bertknn_search.ingest.readers import read_articles
+
+    if not GENSIM_DUMP.exists():
+        pytest.skip(f"the shared Wikipedia sample is not at {GENSIM_DUMP}")
+    # MiniLM's WordPiece vocabulary is bert-base-uncased's.
+    tokenize = AutoTokenizer.from_pretrained(minilm).tokenize
+    headline = re.search(r'Answers cloze questions \("([^"]+\[MASK\][^"]*)"\)', README.read_text("utf-8"))
+    assert headline is not None
+    question = headline.group(1)
+    assert question in README.read_text("utf-8").split("## Using it on Wikipedia")[1]  # its quick start
+    einstein = next(a for a in read_articles(GENSIM_DUMP) if a.title == "Albert Einstein")
+    slot = {w for line in einstein.text.splitlines() for w in slot_words(question, line)}
+    # The article says what the question asks, with a word that can be an answer ("Ulm" could not).
+    assert slot and all(len(tokenize(w)) == 1 for w in slot), {w: tokenize(w) for w in slot}
+    assert split_words(
+        "Albert Einstein was born in [MASK].", [(einstein.text, "736", "Albert Einstein")], tokenize
+    )
