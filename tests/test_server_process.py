@@ -359,6 +359,13 @@ def test_a_link_asks_its_question_and_asking_makes_a_link_in_chromium(
         )
         driver.execute_script("draw(arguments[0])", {**no_head, "bert": []})
         assert driver.find_element(By.ID, "articles").text.endswith("none found; BERT-kNN falls back to BERT")
+        assert not driver.find_element(By.ID, "split-words").is_displayed()
+        ulm = {"word": "Ulm", "pieces": ["ul", "##m"], "article_id": "736", "title": "Albert Einstein"}
+        driver.execute_script("draw(arguments[0])", {**no_head, "split_words": [ulm]})
+        assert driver.find_element(By.ID, "split-words").text == (
+            "Note: “Ulm” (ul ##m, in Albert Einstein) stands where the question has [MASK], but an answer is"
+            " one wordpiece of the model's vocabulary, so it cannot be one."
+        )
         lazy = {"articles": 20, "encoded_articles": 3, "contexts": 700, "meta": {"contexts": "lazy"}}
         line = driver.execute_script(
             "return contextsLine(arguments[0])", {**lazy, "estimated_contexts": 4600}
