@@ -177,7 +177,8 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
 
     @app.get("/stats", summary="What the index holds, and what the server has done")
     async def stats() -> Response:
-        """The JSON of ``bertknn-search stats --json``, plus ``server``: questions, batches, writes."""
+        """The JSON of ``bertknn-search stats --json``, plus ``server``: questions, batches, writes, and the
+        ``defaults`` a request gets, by the request's names (``lambda``, ``no-ir``, ``n-articles``)."""
         index = await run_in_threadpool(session.index_stats, config)
         result = json.loads(to_json(index))
         head = batcher.has_head if batcher.has_head is not None else index.mlm_head
