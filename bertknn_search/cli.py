@@ -45,7 +45,7 @@ class Group(click.Group):
 def main() -> None:
     """Answer cloze questions with BERT-kNN: BERT interpolated with a kNN over Wikipedia contexts.
 
-    Example: bertknn-search query "Albert Einstein was born in [MASK]."
+    Example: bertknn-search query "Albert Einstein received the Nobel Prize in [MASK]."
     """
 
 
@@ -156,7 +156,7 @@ def query(
 ) -> None:
     """Answer cloze questions: BERT-kNN, BERT and kNN rankings, the articles used and the evidence.
 
-    Example: bertknn-search query "Albert Einstein was born in [MASK]." --subject "Albert Einstein"
+    Example: bertknn-search query "Einstein received the Nobel Prize in [MASK]." --subject "Albert Einstein"
     """
     from bertknn_search.encode_bar import EncodeBar
     from bertknn_search.output import render_answer, to_json
@@ -195,8 +195,10 @@ def query(
 )
 @click.option(
     "--titles",
-    type=click.File("r", encoding="utf-8"),
-    help="Article titles, one per line: those articles are encoded.",
+    multiple=True,
+    metavar="TITLE|FILE",
+    help="An article title to encode (repeatable), or a file of titles one per line: a path, @path, or '-'"
+    " for stdin.",
 )
 @cache_option
 @no_progress_option
@@ -210,6 +212,8 @@ def warm(qfile: Any, titles: Any, no_progress: bool, as_json: bool, **flags: Any
     question file in large batches, so the questions then run warm. 'eval warm' does it for a dataset.
 
     Example: bertknn-search warm --file questions.txt --device cuda
+
+    Example: bertknn-search warm --titles "Albert Einstein" --titles "Aa River" (or --titles titles.txt)
     """
     from bertknn_search.output import render_warm, to_json
     from bertknn_search.records import Question
@@ -218,7 +222,7 @@ def warm(qfile: Any, titles: Any, no_progress: bool, as_json: bool, **flags: Any
     from bertknn_search.warm import warm as run_warm
 
     asked = list(_read_questions(qfile))
-    names = [line.strip() for line in _read_lines(titles) if line.strip()]
+    names = [name for given in titles for name in _titles(given)]
     if not asked and not names:
         raise click.UsageError("give --file with questions or --titles with article titles")
     config = session.open_index(flags).config
@@ -231,13 +235,30 @@ def warm(qfile: Any, titles: Any, no_progress: bool, as_json: bool, **flags: Any
     click.echo(to_json(summary) if as_json else render_warm(summary))
 
 
-def _read_lines(stream: Any) -> list[str]:
-    if stream is None:
-        return []
+def _titles(given: str) -> list[str]:
+    """``--titles`` as one title, or the lines of a file ('-', @path, or a path that exists).
+
+    A user types a title where the option's name says titles; a file of them is what a script has.
+    """
+    if given == "-":
+        return _lines(click.get_text_stream("stdin"), "stdin")
+    path = Path(given[1:] if given.startswith("@") else given)
+    if given.startswith("@") or path.is_file():
+        try:
+            with path.open(encoding="utf-8") as stream:
+                return _lines(stream, str(path))
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot read {path}: {exc.strerror or exc}", param_hint="--titles"
+            ) from exc
+    return [given.strip()] if given.strip() else []
+
+
+def _lines(stream: Any, name: str) -> list[str]:
     try:
-        return stream.read().splitlines()
+        return [line.strip() for line in stream.read().splitlines() if line.strip()]
     except UnicodeDecodeError as exc:
-        raise InputFormatError(f"{getattr(stream, 'name', 'input')} is not UTF-8 ({exc.reason})") from exc
+        raise InputFormatError(f"{name} is not UTF-8 ({exc.reason})") from exc
 
 
 def _read_questions(stream: Any) -> Iterator[Any]:

@@ -6,6 +6,9 @@ from tqdm import tqdm
 
 from bertknn_search.records import EncodeProgress
 
+# Units per second however slow (tqdm's default turns to "12.5s/ contexts" below one a second).
+ENCODE_BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}]"
+
 
 class EncodeBar:
     """``EncodeHooks.progress`` for a terminal: one bar per encoding call, closed when it completes.
@@ -28,6 +31,7 @@ class EncodeBar:
                 total=progress.todo,
                 desc=f"encoding {progress.todo:,}{of} contexts of {names}{more}",
                 unit=" contexts",
+                bar_format=ENCODE_BAR,
                 dynamic_ncols=True,
                 leave=False,
                 disable=None,  # a terminal only: piped or captured stderr stays clean

@@ -327,7 +327,10 @@ class Encoder:
             raise ModelLoadError(f"cannot load model {model!r}: {_first_line(exc)}") from exc
         n_layers = int(getattr(self.model_config, "num_hidden_layers", 0))
         if not 1 <= layer <= n_layers:
-            raise ModelLoadError(f"--layer {layer} is out of range: model {model!r} has {n_layers} layers")
+            raise ModelLoadError(
+                f"--layer {layer} is out of range: model {model!r} has {n_layers} layers, so --layer takes"
+                f" 1 to {n_layers}; use --layer {n_layers} for its last layer"
+            )
         if self.tokenizer.mask_token_id is None:
             raise ModelLoadError(f"model {model!r} has no mask token; a masked language model is needed")
         self.max_length = min(max_length, int(getattr(self.model_config, "max_position_embeddings", 512)))

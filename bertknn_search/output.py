@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import settings_file_values
-from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction
+from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction, SplitWord
 
 
 def to_json(record: Any) -> str:
@@ -18,6 +18,8 @@ def to_json(record: Any) -> str:
     data = dataclasses.asdict(record)
     if isinstance(record, Answer):
         data["partial"] = record.partial  # derived, but what a client checks first
+    if isinstance(record, IndexStats) and record.meta.contexts == "lazy" and not record.estimated_contexts:
+        data["estimated_contexts"] = None  # unknown until an article is encoded: 0 would read as "none"
     return json.dumps(_jsonable(data), ensure_ascii=False)
 
 
@@ -68,12 +70,24 @@ def render_answer(answer: Answer, top: int) -> str:
         if not any(cells):
             break
         lines.append(f"{i + 1:>3}  " + "".join(f"{c:<24}" for c in cells))
+    if answer.split_words:
+        lines.append(render_split_words(answer.split_words))
     for ev in answer.evidence:
         lines.append(f"evidence for {ev.word!r}:")
         for s in ev.sentences:
             marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
             lines.append(f"  - {marked}  ({s.title}, d²={s.distance:.2f})")
     return "\n".join(line for line in lines if line)
+
+
+def render_split_words(words: list[SplitWord]) -> str:
+    """Why an expected answer is missing: the words at [MASK]'s place that are several wordpieces."""
+    listed = ", ".join(f"{w.word!r} ({' '.join(w.pieces)}, in {w.title})" for w in words)
+    one = len(words) == 1
+    return (
+        f"note: {listed} {'stands' if one else 'stand'} where the question has [MASK], but an answer is one"
+        f" wordpiece of the model's vocabulary, so {'it cannot be one' if one else 'none of them can be'}"
+    )
 
 
 def render_coverage(answer: Answer) -> str:
@@ -184,13 +198,18 @@ def render_datastore(datastore: Mapping[str, Any]) -> str | None:
     return line
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` with the noun that agrees with it: "1 article", "2 articles", "0 contexts"."""
+    return f"{n:,} {noun if n == 1 else noun + 's'}"
+
+
 def render_warm(summary: Any) -> str:
     """A warm run in one line: what the input needed, what was encoded now, what the index holds."""
     s = summary
     line = (
-        f"warmed {s.articles:,} articles ({s.encoded_articles:,} encoded now, the rest already held):"
-        f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s);"
-        f" the index holds {s.index_contexts:,} contexts"
+        f"warmed {counted(s.articles, 'article')} ({s.encoded_articles:,} encoded now, the rest already"
+        f" held): {counted(s.contexts, 'context')} in {s.seconds:.1f} s"
+        f" ({s.contexts_per_second:,.0f} contexts/s); the index holds {counted(s.index_contexts, 'context')}"
     )
     if s.estimated_contexts:
         line += f" of ~{s.estimated_contexts:,} an eager index would hold"
@@ -206,16 +225,16 @@ def render_summary(summary: Any, verb: str) -> str:
     """
     s = summary
     line = (
-        f"{verb} {s.articles:,} articles ({s.replaced:,} replaced, {s.already_stored:,} already stored,"
-        f" {s.empty:,} empty skipped, {s.duplicates:,} duplicate ids): {s.sentences:,} sentences,"
-        f" {s.contexts:,} contexts in {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s)"
-        f" into {s.location}"
+        f"{verb} {counted(s.articles, 'article')} ({s.replaced:,} replaced, {s.already_stored:,} already"
+        f" stored, {s.empty:,} empty skipped, {counted(s.duplicates, 'duplicate id')}):"
+        f" {counted(s.sentences, 'sentence')}, {counted(s.contexts, 'context')} in {s.seconds:.1f} s"
+        f" ({s.contexts_per_second:,.0f} contexts/s) into {s.location}"
     )
     windowed = getattr(s, "windowed", 0)
     if windowed:
         # Said once, here, instead of the tokenizer's warning in the middle of the progress bar.
         line += (
-            f"; {windowed:,} {'sentence' if windowed == 1 else 'sentences'} longer than --max-length"
+            f"; {counted(windowed, 'sentence')} longer than --max-length"
             f" ({s.max_length:,} tokens) encoded as windows of that length around each masked word"
         )
     too_large = getattr(s, "too_large", 0)

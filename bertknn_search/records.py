@@ -267,6 +267,21 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class SplitWord:
+    """A word that stands where the question has [MASK] in a searched sentence, but is several wordpieces.
+
+    Answers are single wordpieces of the model's vocabulary, so such a word (often the one the question
+    is after: "Ulm" is ``ul ##m`` in BERT's uncased vocabulary) can never be one; saying so tells a user
+    why the answer they expected is missing.
+    """
+
+    word: str
+    pieces: list[str]
+    article_id: str
+    title: str
+
+
+@dataclass(frozen=True)
 class Answer:
     """What a query returns: the three rankings, the articles used and the evidence.
 
@@ -287,6 +302,7 @@ class Answer:
     # Per article searched, how many of its contexts the answer could see (a lazy index); {}: all of
     # them (an eager index).
     coverage: dict[str, Coverage] = field(default_factory=dict)
+    split_words: list[SplitWord] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Sequence
@@ -32,9 +33,13 @@ from bertknn_search.records import (
     Question,
 )
 from bertknn_search.retrieve import retrieve
+from bertknn_search.split_words import split_words
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
 _UNUSED = re.compile(r"\[unused\d+\]")
+# Sentences of the nearest neighbours read for words that cannot be answers (see split_words): the
+# sentence that holds the expected word is near the question, and reading more costs every question.
+SPLIT_SCAN = 32
 
 
 @dataclass(frozen=True)
@@ -240,18 +245,29 @@ class Searcher:
                 coverage=s.coverage,
             )
             cfg = self.config
-            answers.append(
-                with_evidence(
-                    answer,
-                    s.neighbors,
-                    self.backend,
-                    mode=cfg.evidence,
-                    temperature=cfg.temperature,
-                    squared=cfg.distance == "squared-l2",
-                    reencode=self.reencode,
-                )
+            answer = with_evidence(
+                answer,
+                s.neighbors,
+                self.backend,
+                mode=cfg.evidence,
+                temperature=cfg.temperature,
+                squared=cfg.distance == "squared-l2",
+                reencode=self.reencode,
             )
+            answers.append(self._with_split_words(answer, s.neighbors))
         return answers
+
+    def _with_split_words(self, answer: Answer, nb: Neighbors) -> Answer:
+        """``answer`` with the words at [MASK]'s place in its nearest sentences that cannot be answers."""
+        refs = list(dict.fromkeys((nb.article_ids[r], int(nb.sentence_ids[r])) for r in range(len(nb))))
+        refs = refs[:SPLIT_SCAN]
+        if not refs:
+            return answer
+        texts = self.backend.sentences(refs)
+        titles = self.backend.titles(sorted({aid for aid, _ in refs}))
+        rows = [(text, aid, titles.get(aid, "")) for text, (aid, _) in zip(texts, refs)]
+        found = split_words(answer.question, rows, self.encoder.tokenizer.tokenize, MASK)
+        return dataclasses.replace(answer, split_words=found) if found else answer
 
     @cached_property
     def answerable(self) -> np.ndarray:

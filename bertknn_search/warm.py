@@ -14,6 +14,14 @@ from bertknn_search.search import Searcher
 WARM_CHUNK = 256  # articles per encoder pass: enough rows to fill GPU batches of 1,024
 
 
+# tqdm's own rate turns into seconds per unit below one a second, glued to the unit ("6.66s/ articles"):
+# the rate as units per second always reads right, and warm's articles are often slower than one a second.
+WARM_BAR = (
+    "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} articles [{elapsed}<{remaining}, {rate_noinv_fmt}"
+    "{postfix}]"
+)
+
+
 @dataclass(frozen=True)
 class WarmSummary:
     """What a warm run did."""
@@ -48,7 +56,8 @@ def warm(searcher: Searcher, article_ids: Sequence[str], progress: bool = True) 
     ids = list(dict.fromkeys(article_ids))
     before = searcher.backend.stats()
     contexts = 0
-    with tqdm(total=len(ids), desc="warm", unit=" articles", disable=not progress, dynamic_ncols=True) as bar:
+    bar_args = {"unit": " articles", "bar_format": WARM_BAR, "dynamic_ncols": True}
+    with tqdm(total=len(ids), desc="warm", disable=not progress, **bar_args) as bar:
         for lo in range(0, len(ids), WARM_CHUNK):
             chunk = ids[lo : lo + WARM_CHUNK]
             contexts += searcher.backend.ensure_contexts(chunk)

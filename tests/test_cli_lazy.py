@@ -45,6 +45,7 @@ def test_a_lazy_index_answers_as_an_eager_one_and_says_what_it_holds(
 ) -> None:
     before = stats(lazy_index)
     assert (before["meta"]["contexts"], before["contexts"], before["encoded_articles"]) == ("lazy", 0, 0)
+    assert before["estimated_contexts"] is None  # unknown, as the text says, not an estimate of 0
     text = run("stats", "--index", lazy_index).output
     assert "contexts mode     lazy" in text and "encoded articles  0 of 20" in text
     assert "eager estimate    unknown until a query encodes an article" in text
@@ -90,6 +91,21 @@ def test_warm_encodes_what_titles_or_a_question_file_need(lazy_index: Path, tmp_
     assert again.exit_code == 0 and again.output.startswith(
         f"warmed {summary['articles']} articles (0 encoded now, the rest already held): 0 contexts"
     )
+
+
+def test_warm_titles_are_titles_or_files_of_them(lazy_index: Path, tmp_path: Path) -> None:
+    r = run("warm", "--titles", "Mirvane", "--titles", "Zorblat", "--json", "--index", lazy_index)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["encoded_articles"] == stats(lazy_index)["encoded_articles"] == 2
+    listed = tmp_path / "titles.txt"
+    listed.write_text("Elvaris\n\nMirvane\n", encoding="utf-8")
+    for given in (f"@{listed}", str(listed)):
+        r = run("warm", "--titles", given, "--index", lazy_index, "--no-progress")
+        assert r.exit_code == 0, r.output
+        assert r.output.startswith("warmed 2 articles (")  # Elvaris and Mirvane, not the file's name
+    assert stats(lazy_index)["encoded_articles"] == 3
+    r = run("warm", "--titles", f"@{tmp_path / 'absent.txt'}", "--index", lazy_index)
+    assert r.exit_code == 2 and "cannot read" in r.output and "absent.txt" in r.output
 
 
 def test_warm_needs_input(lazy_index: Path) -> None:

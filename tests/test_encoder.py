@@ -86,9 +86,11 @@ def test_missing_model_is_a_one_line_error(tmp_path: Path) -> None:
     assert "\n" not in str(err.value) and "no-such-model" in str(err.value)
 
 
-def test_layer_out_of_range(tiny_model: Path) -> None:
-    with pytest.raises(ModelLoadError, match="has 12 layers"):
+def test_layer_out_of_range_names_the_range_and_the_last_layer(tiny_model: Path) -> None:
+    with pytest.raises(ModelLoadError) as err:
         Encoder(str(tiny_model), layer=13, device="cpu")
+    message = str(err.value)
+    assert "has 12 layers" in message and "1 to 12" in message and "use --layer 12 for its last" in message
 
 
 @pytest.mark.parametrize("device", ["garbage", "meta", "cpu:99", "cpu:0", "cuda:", "cuda:x", "cuda:²"])

@@ -210,3 +210,18 @@ def test_grid_learns_no_confidence_gate_without_a_head(
         *("--gate", "top1", "--no-progress", "--out", tmp_path / "settings.json", "--json"),
     )
     assert r.exit_code != 0 and "no masked-LM head" in r.output and "Traceback" not in r.output
+
+
+def test_the_server_says_lambda_is_one_without_a_head(headless_index: Path, headless_model: Path) -> None:
+    pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e '.[test]')")
+    from fastapi.testclient import TestClient
+
+    from bertknn_search.config import Config
+    from bertknn_search.server.app import ServerSettings, create_app
+
+    config = Config(model=str(headless_model), index=headless_index, device="cpu", max_length=64)
+    with TestClient(create_app(ServerSettings(config)), base_url="http://localhost") as client:
+        assert client.app.state.batcher.done.wait(120)  # type: ignore[attr-defined]
+        defaults = client.get("/stats").json()["server"]["defaults"]
+        # BERT-kNN is kNN alone here, whatever --lambda says: the default that applies is 1.
+        assert defaults["lambda"] == 1.0 and config.lam == 0.3

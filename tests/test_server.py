@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 from collections.abc import Iterator, Sequence
@@ -16,7 +17,7 @@ pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e 
 from fastapi.testclient import TestClient
 
 from bertknn_search.backends import open_backend
-from bertknn_search.config import Config
+from bertknn_search.config import CPU_BUDGET, Config
 from bertknn_search.demo import Fact
 from bertknn_search.output import to_json
 from bertknn_search.records import Answer, Question
@@ -317,6 +318,20 @@ def test_stats_are_those_of_the_stats_command(
     assert server["questions"] >= 3 and server["defaults"]["temperature"] == SHARP
 
 
+def test_stats_defaults_are_spelled_as_requests_spell_them(api: TestClient, facts: list[Fact]) -> None:
+    defaults = api.get("/stats").json()["server"]["defaults"]
+    assert set(defaults) == {
+        *("top", "k", "n-articles", "lambda", "temperature", "distance", "no-ir", "gate"),
+        *("gate-thresholds", "evidence", "budget", "exact"),
+    }
+    assert defaults["lambda"] == 0.3 and defaults["no-ir"] is False and defaults["n-articles"] == 3
+    # The device's budget when none was given (a CPU here), not a null that reads as "exact".
+    assert defaults["budget"] == CPU_BUDGET and defaults["exact"] is False
+    # What /stats says a request gets is itself a valid request, with the same answer as none.
+    given = api.post("/query", json={**born(facts[0]), **defaults}).json()["answers"][0]
+    assert given == api.post("/query", json=born(facts[0])).json()["answers"][0]
+
+
 def test_the_page_and_the_api_docs_load_nothing_from_the_internet(api: TestClient) -> None:
     page = api.get("/")
     assert page.status_code == 200 and "[MASK]" in page.text and "/static/app.js" in page.text
@@ -326,6 +341,28 @@ def test_the_page_and_the_api_docs_load_nothing_from_the_internet(api: TestClien
     assert api.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
     paths = api.get("/openapi.json").json()["paths"]
     assert {"/query", "/articles", "/articles/{article_id}", "/stats", "/health"} <= set(paths)
+
+
+def test_the_docs_swagger_ui_reads_the_openapi_version_the_app_writes(api: TestClient) -> None:
+    # Swagger UI before 5 says "does not specify a valid version field" for OpenAPI 3.1 and lists nothing;
+    # the browser test sees the operations, this one holds where Chromium is not installed.
+    openapi = api.get("/openapi.json").json()["openapi"]
+    bundle = api.get("/docs-assets/swagger-ui-bundle.js").text
+    found = re.search(r'PACKAGE_VERSION:"(\d+)\.(\d+)\.\d+"', bundle)
+    assert found is not None, "no version in the served Swagger UI bundle"
+    major = int(found.group(1))
+    assert openapi.startswith("3.0") or major >= 5, (
+        f"Swagger UI {found.group(0)} cannot read OpenAPI {openapi}"
+    )
+    assert "/docs-assets/swagger-ui-bundle.js" in api.get("/docs").text
+
+
+def test_the_favicon_is_served(api: TestClient) -> None:
+    for path in ("/favicon.ico", "/static/favicon.svg"):
+        reply = api.get(path)
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("image/svg+xml"), path
+        assert reply.text.lstrip().startswith("<svg")
+    assert 'rel="icon" href="/static/favicon.svg"' in api.get("/").text
 
 
 # -- NaN, infinities and the extremes of each range ----------------------------------------------------

@@ -18,6 +18,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,23 +228,67 @@ def chromium() -> tuple[str, str]:
     return browser, driver
 
 
-def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact], tmp_path: Path) -> None:
+@contextmanager
+def headless_chromium() -> Iterator[Any]:
+    """A headless Chromium driven by selenium, quit on the way out."""
     browser, driver_path = chromium()
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as seen
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = Options()
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1500"):
         options.add_argument(flag)
     options.binary_location = browser
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_api_docs_list_the_operations_in_chromium(live: Served) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with headless_chromium() as driver:
+        driver.get(live.url + "/docs")
+        # Swagger UI draws an operation block per route once it has read /openapi.json; a version it cannot
+        # read draws an error box instead, and no block ever comes.
+        blocks = WebDriverWait(driver, 60).until(
+            lambda d: (
+                d.find_elements(By.CSS_SELECTOR, ".opblock-summary")
+                or d.find_elements(By.CSS_SELECTOR, ".errors-wrapper")
+            )
+        )
+        assert not driver.find_elements(By.CSS_SELECTOR, ".errors-wrapper"), driver.find_element(
+            By.TAG_NAME, "body"
+        ).text
+        listed = {
+            (
+                b.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text,
+                b.find_element(By.CSS_SELECTOR, ".opblock-summary-path").text,
+            )
+            for b in blocks
+        }
+        assert {
+            ("POST", "/query"),
+            ("POST", "/articles"),
+            ("DELETE", "/articles/{article_id}"),
+            ("GET", "/stats"),
+            ("GET", "/health"),
+        } <= listed, listed
+        assert "Unable to render" not in driver.find_element(By.TAG_NAME, "body").text
+
+
+def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact], tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
     fact = facts[1]
     person = fact.person.title()
-    try:
+    with headless_chromium() as driver:
         driver.get(live.url + "/")
         question = driver.find_element(By.ID, "question")
         assert "[MASK]" in driver.find_element(By.ID, "mask-hint").text
@@ -270,8 +315,73 @@ def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact]
         shot.parent.mkdir(parents=True, exist_ok=True)
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         print(f"screenshot: {shot}")
-    finally:
-        driver.quit()
+
+
+def test_a_link_asks_its_question_and_asking_makes_a_link_in_chromium(
+    live: Served, facts: list[Fact]
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    fact = facts[2]
+    person = fact.person.title()
+    query = urllib.parse.urlencode({"question": f"{person} was born in [MASK].", "subject": person})
+    with headless_chromium() as driver:
+        driver.get(f"{live.url}/?{query}")
+        WebDriverWait(driver, 60).until(seen.visibility_of_element_located((By.ID, "result")))
+        assert (
+            driver.find_element(By.ID, "question").get_attribute("value") == f"{person} was born in [MASK]."
+        )
+        assert driver.find_element(By.ID, "subject").get_attribute("value") == person
+        top = driver.find_element(By.CSS_SELECTOR, '.ranking[data-model="bert_knn"] li .word')
+        assert top.text == fact.city
+        # Asking another question puts it in the address, so the page can be linked to as it stands.
+        other = facts[3].person.title()
+        for field, text in (("question", f"{other} was born in [MASK]."), ("subject", "")):
+            box = driver.find_element(By.ID, field)
+            box.clear()
+            box.send_keys(text)
+        driver.find_element(By.ID, "ask").click()
+        WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "asked").text.startswith(other))
+        asked = urllib.parse.parse_qs(urllib.parse.urlparse(driver.current_url).query)
+        assert asked == {"question": [f"{other} was born in [MASK]."]}
+
+        # What the page draws for cases this index does not have, through its own functions.
+        no_head = {
+            **{"question": "x [MASK].", "subject": None, "articles": [], "n_neighbors": 0, "evidence": []},
+            **{"bert_knn": [], "bert": None, "knn": [], "coverage": {}},
+        }
+        driver.execute_script("draw(arguments[0])", no_head)
+        assert (
+            driver.find_element(By.ID, "articles").text
+            == "Articles searched: none found; no answer without BERT"
+        )
+        driver.execute_script("draw(arguments[0])", {**no_head, "bert": []})
+        assert driver.find_element(By.ID, "articles").text.endswith("none found; BERT-kNN falls back to BERT")
+        assert not driver.find_element(By.ID, "split-words").is_displayed()
+        ulm = {"word": "Ulm", "pieces": ["ul", "##m"], "article_id": "736", "title": "Albert Einstein"}
+        driver.execute_script("draw(arguments[0])", {**no_head, "split_words": [ulm]})
+        assert driver.find_element(By.ID, "split-words").text == (
+            "Note: “Ulm” (ul ##m, in Albert Einstein) stands where the question has [MASK], but an answer is"
+            " one wordpiece of the model's vocabulary, so it cannot be one."
+        )
+        lazy = {"articles": 20, "encoded_articles": 3, "contexts": 700, "meta": {"contexts": "lazy"}}
+        line = driver.execute_script(
+            "return contextsLine(arguments[0])", {**lazy, "estimated_contexts": 4600}
+        )
+        assert line == "20 articles (3 encoded) · lazy index: 700 of ~4,600 contexts encoded" + (
+            " (the total is an estimate)"
+        )
+        line = driver.execute_script(
+            "return contextsLine(arguments[0])",
+            {**lazy, "encoded_articles": 0, "contexts": 0, "estimated_contexts": None},
+        )
+        assert line.endswith(
+            "lazy index: 0 contexts encoded (the total is estimated once an article is encoded)"
+        )
+        footer = driver.find_element(By.ID, "index-info").text
+        assert footer.startswith("20 articles · ") and "contexts" in footer and "lazy" not in footer  # eager
 
 
 def test_sigterm_during_a_cold_encode_stops_within_seconds_and_keeps_whole_parts(

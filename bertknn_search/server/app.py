@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from bertknn_search import session
-from bertknn_search.config import Config
+from bertknn_search.config import Config, settings_file_values
 from bertknn_search.errors import (
     BackendError,
     BertKnnError,
@@ -187,15 +187,18 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
 
     @app.get("/stats", summary="What the index holds, and what the server has done")
     async def stats() -> Response:
-        """The JSON of ``bertknn-search stats --json``, plus ``server``: questions, batches, writes."""
-        result = json.loads(to_json(await run_in_threadpool(session.index_stats, config)))
+        """The JSON of ``bertknn-search stats --json``, plus ``server``: questions, batches, writes, and the
+        ``defaults`` a request gets, by the request's names (``lambda``, ``no-ir``, ``n-articles``)."""
+        index = await run_in_threadpool(session.index_stats, config)
+        result = json.loads(to_json(index))
+        head = batcher.has_head if batcher.has_head is not None else index.mlm_head
         result["server"] = {
             **batcher.stats.as_dict(),
             "adds": writer.adds,
             "deletes": writer.deletes,
             "writing": writer.running,
             "max_batch": batcher.max_batch,
-            "defaults": config.method_settings() | {"top": config.top},
+            "defaults": request_defaults(config, batcher.device_type, head),
         }
         return _json_response(json.dumps(result, ensure_ascii=False))
 
@@ -211,9 +214,32 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
+    # Browsers ask for /favicon.ico whatever a page links to (the API docs, a JSON reply): no 404 in the log.
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     _add_docs(app)
     return app
+
+
+def request_defaults(config: Config, device_type: str | None, has_head: bool | None) -> dict[str, Any]:
+    """The method options a question gets unless its request gives them, spelled as a request spells them
+    (``lambda``, ``no-ir``, ``n-articles``) and with the values that apply: λ is 1 on a model without a
+    masked-LM head (BERT-kNN is kNN alone there), and ``budget`` is the device's default when none was
+    given (null: exact, or the model not loaded yet to say which device it runs on).
+
+    Args:
+        config: the server's settings.
+        device_type: "cpu" or "cuda", where the model runs; None before it loads.
+        has_head: whether the model has a masked-LM head; None when unknown.
+    """
+    values = settings_file_values(config.method_settings())
+    if has_head is False:
+        values["lambda"] = 1.0
+    values["budget"] = config.budget if device_type is None else config.budget_for(device_type)
+    return {"top": config.top, **values}
 
 
 def _json_response(text: str) -> Response:
@@ -221,10 +247,13 @@ def _json_response(text: str) -> Response:
 
 
 def _add_docs(app: FastAPI) -> None:
-    """The OpenAPI page, with Swagger UI served from the installed package rather than a CDN."""
-    from swagger_ui_bundle import swagger_ui_path
+    """The OpenAPI page, with Swagger UI served from the installed package rather than a CDN.
 
-    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_path), name="docs-assets")
+    fastapi-offline ships Swagger UI 5, which reads the OpenAPI 3.1 that FastAPI writes; the 4.x of
+    swagger-ui-bundle rendered "does not specify a valid version field" instead of the operations.
+    """
+    assets = Path(str(files("fastapi_offline") / "static"))
+    app.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
@@ -233,7 +262,7 @@ def _add_docs(app: FastAPI) -> None:
             title="bertknn-search API",
             swagger_js_url="/docs-assets/swagger-ui-bundle.js",
             swagger_css_url="/docs-assets/swagger-ui.css",
-            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+            swagger_favicon_url="/static/favicon.svg",
         )
 
 

@@ -120,6 +120,9 @@ class MicroBatcher:
         self._hooks = EncodeHooks(between=self._between, progress=self._log_encoding)
         self._logged = (0.0, 0)  # when the encoding log was last written, and of which call
         self.encoded_idle = 0  # contexts encoded while no question waited
+        # What the loaded model turned out to be, for the defaults /stats reports; None until it loads.
+        self.device_type: str | None = None
+        self.has_head: bool | None = None
 
     # -- the request side ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -174,6 +177,8 @@ class MicroBatcher:
             return
         searcher.hooks = self._hooks
         self._searchers[searcher.config] = searcher
+        self.device_type = searcher.encoder.placement.device.type
+        self.has_head = searcher.encoder.has_head
         if self.max_batch is None:
             self.max_batch = searcher.config.batch_for(searcher.encoder.placement.device.type)
         self.ready.set()

@@ -24,6 +24,7 @@ from bertknn_search.records import (
     GateDecision,
     Prediction,
     Question,
+    SplitWord,
 )
 from bertknn_search.server.schemas import MAX_QUESTIONS
 
@@ -153,4 +154,5 @@ def answer_from_json(item: Mapping[str, Any]) -> Answer:
         bert_available=item.get("bert_available", True),
         gate=GateDecision(**item["gate"]) if item.get("gate") else None,
         coverage={aid: Coverage(**c) for aid, c in (item.get("coverage") or {}).items()},
+        split_words=[SplitWord(**w) for w in item.get("split_words") or []],
     )

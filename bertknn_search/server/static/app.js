@@ -45,7 +45,9 @@ function drawArticles(answer) {
   const box = $("articles");
   box.replaceChildren(el("strong", "", "Articles searched: "));
   if (!answer.articles.length) {
-    box.append(answer.n_neighbors ? "every context (no IR)" : "none found; BERT-kNN falls back to BERT");
+    // Without a masked-LM head there is no BERT to fall back to: the CLI says the same.
+    const fallback = answer.bert === null ? "no answer without BERT" : "BERT-kNN falls back to BERT";
+    box.append(answer.n_neighbors ? "every context (no IR)" : `none found; ${fallback}`);
     return;
   }
   answer.articles.forEach((a, i) => {
@@ -92,10 +94,24 @@ function drawCoverage(answer) {
     : "";
 }
 
+function drawSplitWords(answer) {
+  // The word the question seems to ask for, where the vocabulary splits it: no ranking can hold it.
+  const box = $("split-words");
+  const words = answer.split_words || [];
+  box.hidden = !words.length;
+  const listed = words.map((w) => `“${w.word}” (${w.pieces.join(" ")}, in ${w.title})`).join(", ");
+  box.textContent = !words.length
+    ? ""
+    : `Note: ${listed} ${words.length === 1 ? "stands" : "stand"} where the question has [MASK], but ` +
+      "an answer is one wordpiece of the model's vocabulary, so " +
+      (words.length === 1 ? "it cannot be one." : "none of them can be.");
+}
+
 function draw(answer) {
   $("asked").textContent = answer.question + (answer.subject ? `  (subject: ${answer.subject})` : "");
   drawArticles(answer);
   drawCoverage(answer);
+  drawSplitWords(answer);
   for (const box of document.querySelectorAll(".ranking")) drawRanking(box, answer[box.dataset.model]);
   drawEvidence(answer);
   $("result").hidden = false;
@@ -126,8 +142,15 @@ async function update(body, mine, round) {
   }
 }
 
-async function ask(event) {
-  event.preventDefault();
+// The address of the question on screen, so that it can be linked to (and reloaded).
+function linkTo(question, subject) {
+  const params = new URLSearchParams({ question });
+  if (subject) params.set("subject", subject);
+  history.replaceState(null, "", `${location.pathname}?${params}`);
+}
+
+async function ask(event, retries = 0) {
+  if (event) event.preventDefault();
   const question = $("question").value.trim();
   const subject = $("subject").value.trim();
   const count = question.split("[MASK]").length - 1;
@@ -137,11 +160,18 @@ async function ask(event) {
   }
   const body = { question };
   if (subject) body.subject = subject;
+  linkTo(question, subject);
   $("ask").disabled = true;
   setStatus("Asking…", false);
   const mine = ++asking;
   try {
     const [reply, data] = await post(body);
+    if (reply.status === 503 && retries > 0 && mine === asking) {
+      // A linked question arrives while the model is still loading: ask again once it can answer.
+      setStatus(data.detail || "The server is not ready yet.", false);
+      setTimeout(() => ask(null, retries - 1), 1000);
+      return;
+    }
     if (!reply.ok) {
       setStatus(data.detail || `The server answered ${reply.status}.`, true);
       return;
@@ -156,6 +186,16 @@ async function ask(event) {
   }
 }
 
+// /?question=...&subject=... fills the form and asks it, as a link from elsewhere or a reload would.
+function askFromAddress() {
+  const params = new URLSearchParams(location.search);
+  const question = params.get("question");
+  if (!question) return;
+  $("question").value = question;
+  $("subject").value = params.get("subject") || "";
+  ask(null, 180);
+}
+
 function insertMask() {
   const input = $("question");
   const at = input.selectionStart ?? input.value.length;
@@ -165,6 +205,24 @@ function insertMask() {
   input.setSelectionRange(at + 6, at + 6);
 }
 
+function contextsLine(stats) {
+  const n = (x) => x.toLocaleString();
+  const articles = `${n(stats.articles)} ${stats.articles === 1 ? "article" : "articles"}`;
+  if (stats.meta.contexts !== "lazy") return `${articles} · ${n(stats.contexts)} contexts`;
+  // A lazy index encodes an article's contexts when a question first needs it: say how far it has got.
+  const encoded = `${n(stats.encoded_articles)} encoded`;
+  if (stats.estimated_contexts === null) {
+    return (
+      `${articles} (${encoded}) · lazy index: ${n(stats.contexts)} contexts encoded ` +
+      "(the total is estimated once an article is encoded)"
+    );
+  }
+  return (
+    `${articles} (${encoded}) · lazy index: ${n(stats.contexts)} of ~${n(stats.estimated_contexts)} ` +
+    "contexts encoded (the total is an estimate)"
+  );
+}
+
 async function showIndex() {
   try {
     const health = await (await fetch("/health")).json();
@@ -172,13 +230,13 @@ async function showIndex() {
     const stats = await (await fetch("/stats")).json();
     const model = stats.meta.model.split("/").pop();
     $("index-info").textContent =
-      `${stats.articles.toLocaleString()} articles · ${stats.contexts.toLocaleString()} contexts · ` +
-      `model ${model}, layer ${stats.meta.layer} · API docs at /docs`;
+      `${contextsLine(stats)} · model ${model}, layer ${stats.meta.layer} · API docs at /docs`;
   } catch (err) {
     $("index-info").textContent = "Index information is not available.";
   }
 }
 
-$("ask-form").addEventListener("submit", ask);
+$("ask-form").addEventListener("submit", (event) => ask(event));
 $("insert-mask").addEventListener("click", insertMask);
 showIndex();
+askFromAddress();
