@@ -18,7 +18,7 @@ STORE_DTYPES = ("float16", "int8")
 DISTANCES = ("squared-l2", "l2")
 BACKENDS = ("embedded", "opensearch")
 CONTEXT_MODES = ("eager", "lazy")
-# The encoder's arithmetic; "auto" picks per machine (encoder.choose_precision) and an index records
+# The encoder's arithmetic; "auto" picks per machine (placement.choose_precision) and an index records
 # the one its contexts were encoded in.
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # Adaptive retrieval (Mallen et al. 2023): which signal decides whether a question retrieves at all.

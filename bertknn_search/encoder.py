@@ -1,294 +1,29 @@
-"""Encoder: text -> hidden states at [MASK] (the kNN keys and queries) and p_BERT."""
+"""Encoder: text -> hidden states at [MASK] (the kNN keys and queries) and p_BERT.
+
+Where it runs is ``placement``, where its files are ``model_lookup``, whether it has an MLM head
+``heads``; this module loads the model and runs it.
+"""
 
 from __future__ import annotations
 
 import copy
-import json
 import sys
-import urllib.error
-import urllib.request
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cached_property
 from itertools import chain
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bertknn_search.config import PRECISIONS
-from bertknn_search.errors import ConfigError, IndexMismatchError, ModelLoadError, QuestionError
+from bertknn_search.errors import ModelLoadError, QuestionError
+from bertknn_search.heads import architectures_have_head, no_head_line
+from bertknn_search.model_lookup import CACHE, HUB, hub_unreachable, locate_model
+from bertknn_search.placement import Placement, place
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
 MASK = "[MASK]"
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the encoder runs: the torch device, the precision chosen for it and why.
-
-    Attributes:
-        device: a torch.device (typed loosely so that importing this module does not import torch).
-        dtype: the dtype the weights are loaded in (float32 for int8, whose blocks are quantized after).
-        precision: "fp32", "bf16" or "int8" (never "auto": this is what auto chose).
-        why: how it was chosen, for the line an ingest prints.
-    """
-
-    device: Any
-    dtype: Any
-    precision: str = "fp32"
-    why: str = ""
-
-    def describe(self) -> str:
-        """One line for stderr: what the encoder computes in, where, and how to change it."""
-        return f"encoder: {self.precision} on {self.device} ({self.why})"
-
-
-DEVICES = "auto, cpu, cuda or cuda:N"
-# CPU flags (as /proc/cpuinfo names them) that make bf16 matrix products fast on a CPU.
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-OVERRIDE = "--precision fp32|bf16|int8 overrides"
-
-
-def int8_available() -> bool:
-    """Whether torch can run dynamically quantized int8 Linear layers here (fbgemm on x86, qnnpack on ARM)."""
-    import torch
-
-    engines = set(torch.backends.quantized.supported_engines) - {"none"}
-    return bool(engines) and hasattr(torch.ao.quantization, "quantize_dynamic")
-
-
-def choose_precision(
-    requested: str, device_type: str, cpu_flags: frozenset[str], int8_ok: bool = True
-) -> tuple[str, str]:
-    """The arithmetic the encoder uses: ``requested``, or for "auto" the fastest exact-enough one here.
-
-    - GPU: bf16 (tensor cores, fp32's range; the keys agree with fp32 to cosine 0.9999).
-    - CPU with AVX512-BF16 or AMX: bf16, about twice fp32's speed there.
-    - Any other CPU: fp32. bf16 without those instructions is emulated and several times slower than
-      fp32. int8 (dynamic quantization of the blocks' Linear layers) is faster (2x for a question with
-      BERT-base on an AVX2 CPU) but not exact enough to be chosen unasked: on trained MiniLM it changed
-      kNN's top word for 1.4% of contexts and a quarter of the 10 nearest (README, *Performance*).
-
-    Args:
-        requested: one of ``PRECISIONS``.
-        device_type: "cpu" or "cuda".
-        cpu_flags: the CPU's feature flags (``threads.cpu_flags``).
-        int8_ok: whether torch can run int8 here (``int8_available``).
-
-    Returns:
-        (precision, why it was chosen).
-
-    Raises:
-        ConfigError: an unknown precision, or int8 where it cannot run (a GPU, or a torch without it).
-    """
-    if requested not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {requested!r}")
-    if requested == "int8" and device_type != "cpu":
-        raise ConfigError(
-            "precision int8 (from --precision or the index) runs on a CPU only: torch's dynamic int8"
-            " quantization has no GPU kernels; use --device cpu, or an index encoded in fp32 or bf16"
-        )
-    if requested == "int8" and not int8_ok:
-        raise ConfigError("precision int8 is not available in this torch build; use --precision fp32")
-    if requested != "auto":
-        return requested, "set by --precision or the index"
-    if device_type != "cpu":
-        return "bf16", f"auto: bf16 on a GPU; {OVERRIDE}"
-    found = [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags]
-    if found:
-        return "bf16", f"auto: this CPU has {found[0].upper().replace('_', '-')}; {OVERRIDE}"
-    return "fp32", f"auto: no AVX512-BF16 or AMX on this CPU, so bf16 would be slower; {OVERRIDE}"
-
-
-def place(device: str, precision: str = "auto") -> Placement:
-    """Choose device and precision (see ``choose_precision``).
-
-    This is the one place that branches on the device kind. On the CPU, torch's thread pool is sized
-    to the cores this process may use (see ``threads.size_torch_threads``).
-
-    Raises:
-        ConfigError: ``device`` is not one of auto, cpu, cuda, cuda:N, or N is not a GPU here; a
-            precision that cannot run here.
-        ModelLoadError: a GPU was asked for and there is none.
-    """
-    import torch
-
-    from bertknn_search.threads import cpu_flags, size_torch_threads
-
-    name = device.strip().lower()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    kind, colon, index = name.partition(":")
-    if kind not in ("cpu", "cuda") or (
-        colon and (kind == "cpu" or not (index.isascii() and index.isdigit()))
-    ):
-        raise ConfigError(f"device {device!r} (--device or BERTKNN_DEVICE) is not one of {DEVICES}")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise ModelLoadError(
-                f"--device {device} asked for, but no CUDA GPU is available; use --device cpu"
-            )
-        count = torch.cuda.device_count()
-        if index and int(index) >= count:
-            raise ConfigError(
-                f"device {device!r} asked for, but this machine has {count} GPU(s):"
-                f" cuda:0 to cuda:{count - 1}"
-            )
-    chosen, why = choose_precision(precision, kind, cpu_flags(), int8_available())
-    size_torch_threads()
-    dtype = torch.bfloat16 if chosen == "bf16" else torch.float32
-    return Placement(torch.device(name), dtype, chosen, why)
-
-
-def check_precision(index_precision: str, encoder_precision: str, where: str) -> None:
-    """Refuse to add contexts of another precision to an index: its keys would not be comparable.
-
-    Raises:
-        IndexMismatchError: the two differ.
-    """
-    if index_precision != encoder_precision:
-        raise IndexMismatchError(
-            f"index at {where} holds contexts encoded in {index_precision}, not {encoder_precision};"
-            f" use --precision {index_precision} (or auto) or another --index"
-        )
-
-
-LOCAL, CACHE, HUB = "local", "cache", "hub"
-HUB_TIMEOUT_S = 3.0  # one quick look: a reachable hub answers well within it
-
-
-def locate_model(name: str, origin: str | None = None) -> str:
-    """Where the files of model ``name`` are: ``LOCAL`` (a folder), ``CACHE`` (the HF cache) or ``HUB``.
-
-    Disk comes first, so a local or cached model never touches the network. For a name that is neither,
-    one quick request tells whether the hub can be reached, instead of huggingface_hub's minute of retries.
-
-    Args:
-        name: a local path or an HF checkpoint name.
-        origin: where the name came from, for the message (e.g. "from --model").
-
-    Raises:
-        ModelLoadError: neither a local path nor cached, and the hub cannot be reached (or is not a name
-            the hub could hold).
-    """
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    said = f"model {name!r}" + (f" ({origin})" if origin else "")
-    if Path(name).exists():
-        return LOCAL
-    try:
-        cached = try_to_load_from_cache(name, "config.json")
-    except ValueError as exc:  # HFValidationError: "./models/x", "a/b/c" are paths, not hub names
-        raise ModelLoadError(f"cannot load {said}: no such folder (and not an HF model name)") from exc
-    if isinstance(cached, str):
-        return CACHE
-    why = hub_unreachable()
-    if why is not None:
-        raise ModelLoadError(
-            f"cannot load {said}: not a local path and not in the HF cache ({constants.HF_HUB_CACHE}), and"
-            f" the hub is unreachable ({why}); give a local path, or download it once where the hub is"
-            " reachable (it is then read from the cache)"
-        )
-    return HUB
-
-
-def hub_unreachable() -> str | None:
-    """Why the HF hub cannot be reached (offline mode, connection error), or None when it answers."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        return "HF_HUB_OFFLINE is set"
-    request = urllib.request.Request(constants.ENDPOINT, method="HEAD")
-    try:
-        with urllib.request.urlopen(request, timeout=HUB_TIMEOUT_S):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered: a status code is not a network failure
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"{constants.ENDPOINT}: {reason}"
-
-
-def model_max_length(name: str) -> int | None:
-    """The model's own input limit (max_position_embeddings) from its config on disk; None if not there.
-
-    Reads the JSON directly: ``stats`` should not wait for transformers to import.
-    """
-    path = _config_path(name)
-    if path is None:
-        return None
-    try:
-        limit = json.loads(path.read_text(encoding="utf-8")).get("max_position_embeddings")
-    except (TypeError, OSError, ValueError, AttributeError):
-        return None
-    return limit if isinstance(limit, int) else None
-
-
-# Architectures whose checkpoints carry a masked-LM head (``BertForPreTraining`` holds BERT's as well).
-# Any other named architecture (``BertModel``, ``BertForSequenceClassification``) has none.
-MLM_ARCHITECTURE_MARKS = ("MaskedLM", "ForPreTraining")
-# Weight names of masked-LM heads (BERT and ALBERT's ``predictions``, RoBERTa's ``lm_head``, DistilBERT's
-# ``vocab_projector``), for telling from a checkpoint's file alone whether it holds one.
-HEAD_WEIGHT_MARKS = ("cls.predictions.", "lm_head.", "predictions.", "vocab_projector.", "vocab_transform.")
-
-
-def architectures_have_head(architectures: Sequence[str] | None) -> bool | None:
-    """What a config's ``architectures`` say of an MLM head: True, False, or None when it names none."""
-    if not architectures:
-        return None
-    return any(mark in name for name in architectures for mark in MLM_ARCHITECTURE_MARKS)
-
-
-def model_has_head(name: str) -> bool | None:
-    """Whether model ``name``'s files on disk hold a masked-LM head, read without loading it (for ``stats``).
-
-    The config's ``architectures`` decide a "no"; a "yes" is checked against the weight names in a
-    safetensors file when there is one (a ``BertForMaskedLM`` config over encoder-only weights is a no).
-
-    Returns:
-        True or False; None when the config is not on disk here or names no architecture.
-    """
-    config = _config_path(name)
-    if config is None:
-        return None
-    try:
-        verdict = architectures_have_head(json.loads(config.read_text(encoding="utf-8")).get("architectures"))
-    except (OSError, ValueError, AttributeError):
-        return None
-    weights = config.parent / "model.safetensors"
-    if verdict and weights.is_file():
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(weights), framework="numpy") as handle:
-                keys = list(handle.keys())
-        except (OSError, ValueError, RuntimeError):
-            return verdict
-        return any(mark in key for key in keys for mark in HEAD_WEIGHT_MARKS)
-    return verdict
-
-
-def _config_path(name: str) -> Path | None:
-    from huggingface_hub import try_to_load_from_cache
-
-    path: Any = Path(name) / "config.json"
-    if path.is_file():
-        return Path(path)
-    try:
-        path = try_to_load_from_cache(name, "config.json")
-    except ValueError:
-        return None
-    return Path(path) if isinstance(path, str) else None
-
-
-def no_head_line(model: str, why: str) -> str:
-    """The one line said when a model without an MLM head is loaded."""
-    return (
-        f"model {model} has no masked-LM head ({why}): answers are kNN alone (λ=1), and the BERT"
-        " column is n/a; a model saved with its MLM head (e.g. BertForMaskedLM) gives all three"
-    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -343,6 +78,8 @@ class Encoder:
         # What the config says of an MLM head; the weights have the last word when they load (``mlm``).
         self._head_in_config = architectures_have_head(getattr(self.model_config, "architectures", None))
         self._head_missing: list[str] = []
+        self._between: Callable[[], None] | None = None  # see between_blocks
+        self._in_between = False
 
     # -- facts about the model -------------------------------------------------------------------
     @property
@@ -467,6 +204,43 @@ class Encoder:
         """
         view = first_blocks(self.mlm.base_model, self.layer)
         return view if view is not None else self._load(num_hidden_layers=self.layer)[0].base_model
+
+    @contextmanager
+    def between_blocks(self, between: Callable[[], None] | None) -> Iterator[None]:
+        """Call ``between`` before each transformer block of the key encodes run inside.
+
+        A server's cold encode lets the questions that arrived meanwhile use the model there: one block
+        of a few rows is milliseconds on a CPU, where a whole row of BERT-base is tens of them. Passes
+        made from inside ``between`` (those questions' own) do not call it again.
+        """
+        if between is None:
+            yield
+            return
+        self._block_hooks  # noqa: B018  installed once, on the blocks queries share
+        previous, self._between = self._between, between
+        try:
+            yield
+        finally:
+            self._between = previous
+
+    @cached_property
+    def _block_hooks(self) -> list[Any]:
+        from torch import nn
+
+        blocks = next(
+            (m for m in self.trunk.modules() if isinstance(m, nn.ModuleList) and len(m) == self.layer), []
+        )
+        return [block.register_forward_pre_hook(self._before_block) for block in blocks]
+
+    def _before_block(self, module: Any, args: Any) -> None:
+        between = self._between
+        if between is None or self._in_between:
+            return
+        self._in_between = True
+        try:
+            between()
+        finally:
+            self._in_between = False
 
     @cached_property
     def _head(self) -> Any | None:

@@ -115,19 +115,21 @@ def test_a_stopped_encode_keeps_whole_parts_and_the_next_run_resumes_to_one_copy
     q = own_question(facts[3])
     steps = []
 
-    def stop_after_three() -> None:
+    searcher = Searcher.open(lazy_copy.replace(exact=True))
+
+    def stop_in_the_fourth_step() -> None:
+        # Called before each of the ``layer`` blocks of each one-row step: stop inside the fourth.
         steps.append(1)
-        if len(steps) == 3:
+        if len(steps) == 3 * searcher.encoder.layer + 2:
             raise Stop
 
-    searcher = Searcher.open(lazy_copy.replace(exact=True))
-    searcher.hooks = EncodeHooks(between=stop_after_three)
+    searcher.hooks = EncodeHooks(between=stop_in_the_fourth_step)
     try:
         with pytest.raises(Stop):
             searcher.answer(q)
         (aid,) = [h.id for h in searcher.retrieve(q)]
         cov = searcher.backend.coverage([aid])[aid]
-        assert cov.encoded == 3 < cov.total  # the three finished steps were stored, whole
+        assert cov.encoded == 3 < cov.total  # the three finished steps were stored, the fourth not
     finally:
         searcher.close()
     again, eager = Searcher.open(lazy_copy.replace(exact=True)), Searcher.open(built_index)

@@ -95,8 +95,8 @@ def test_layer_out_of_range_names_the_range_and_the_last_layer(tiny_model: Path)
 
 @pytest.mark.parametrize("device", ["garbage", "meta", "cpu:99", "cpu:0", "cuda:", "cuda:x", "cuda:²"])
 def test_place_refuses_what_is_not_a_device(device: str) -> None:
-    from bertknn_search.encoder import place
     from bertknn_search.errors import ConfigError
+    from bertknn_search.placement import place
 
     with pytest.raises(ConfigError) as err:
         place(device)
@@ -110,7 +110,7 @@ def test_place_refuses_what_is_not_a_device(device: str) -> None:
 def test_place_accepts_the_devices_it_names(device: str) -> None:
     import torch
 
-    from bertknn_search.encoder import place
+    from bertknn_search.placement import place
 
     placement = place(device)
     assert placement.device.type == ("cuda" if device == "auto" and torch.cuda.is_available() else "cpu")
@@ -226,3 +226,24 @@ def test_a_model_without_a_block_list_has_no_view(encoder: Encoder) -> None:
             self.proj = nn.Linear(2, 2)
 
     assert first_blocks(Flat(), 3) is None
+
+
+def test_between_blocks_runs_before_each_block_of_a_key_encode_and_not_within_itself(
+    encoder: Encoder,
+) -> None:
+    rows = [encoder.prepare("zorblat was born in [MASK] .")] * 2
+    positions = [r.index(encoder.tokenizer.mask_token_id) for r in rows]
+    calls: list[int] = []
+
+    def between() -> None:
+        calls.append(1)
+        encoder.query(["a question asked in between [MASK] ."])  # its own pass: no call from inside
+
+    want = encoder.key_states(rows, positions)
+    with encoder.between_blocks(between):
+        got = encoder.key_states(rows, positions)
+    assert len(calls) == encoder.layer  # once before each block the key passes through
+    np.testing.assert_array_equal(got, want)  # what runs in between does not touch the encode
+    encoder.key_states(rows, positions)
+    encoder.query(["after [MASK] ."])
+    assert len(calls) == encoder.layer  # outside the block, nothing is called

@@ -27,9 +27,10 @@ from bertknn_search.backends.base import Backend, ContextStore
 from bertknn_search.backends.encode_order import Lexicon, order_rows
 from bertknn_search.backends.memory_parts import MemoryParts
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder, check_precision
+from bertknn_search.encoder import Encoder
 from bertknn_search.errors import LazyIndexError
 from bertknn_search.ingest.contexts import RowTable
+from bertknn_search.placement import check_precision
 from bertknn_search.records import (
     ArticleHit,
     ContextBlock,
@@ -46,8 +47,9 @@ from bertknn_search.records import (
 
 TOUCH_EVERY_S = 60.0
 # With a front end waiting to slip questions in between (a server), an encoder step lasts about this
-# long, so a question that arrives during a cold encode waits at most about this much for the model.
-STEP_S = 0.1
+# long: the model lets them in between two transformer blocks (``Encoder.between_blocks``), so a
+# question that arrives during a cold encode waits for one block of a step, a few milliseconds.
+STEP_S = 0.15
 # Encoded rows are stored at least this often (and when a call ends or is stopped): each store is one
 # transaction, so a kill loses at most this much work and never leaves a part half-written.
 FLUSH_S = 5.0
@@ -240,12 +242,13 @@ class LazyDatastore:
                 # rows as ingest does (what is encoded first is decided by which rows a step holds).
                 step = sorted(queue[encoded : encoded + size])
                 began = time.monotonic()
-                vectors = encode_rows(
-                    [row for a, r in step for row in by_id[a].rows.rows([r])],
-                    self.encoder,
-                    batch,
-                    _told(hooks, encoded, len(queue), titles, total, started),
-                )
+                with self.encoder.between_blocks(hooks.between):
+                    vectors = encode_rows(
+                        [row for a, r in step for row in by_id[a].rows.rows([r])],
+                        self.encoder,
+                        batch,
+                        _told(hooks, encoded, len(queue), titles, total, started),
+                    )
                 took = time.monotonic() - began
                 self._rate = len(step) / took if took > 0 else 0.0
                 for (aid, row), vector in zip(step, vectors):
@@ -254,8 +257,6 @@ class LazyDatastore:
                 if time.monotonic() - flushed >= FLUSH_S and encoded < len(queue):
                     self._store(by_id, done)
                     done, flushed = {}, time.monotonic()
-                if hooks.between is not None and encoded < len(queue):
-                    hooks.between()
         finally:
             self._store(by_id, done)
         return encoded
