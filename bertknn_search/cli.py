@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,22 +24,51 @@ from bertknn_search.cli_options import (
     model_options,
     no_progress_option,
 )
-from bertknn_search.errors import BertKnnError, InputFormatError
+from bertknn_search.errors import BertKnnError, InputFormatError, Terminated
+from bertknn_search.output import counted
 
-RESUME_HINT = "interrupted; nothing half-written is kept: run the same command again to resume"
+RESUME_HINT = "nothing half-written is kept: run the same command again to resume"
+
+
+def interrupted_line(exc: KeyboardInterrupt) -> str:
+    """What Ctrl-C or SIGTERM left: what was kept, and how to go on."""
+    how = "terminated" if isinstance(exc, Terminated) or getattr(exc, "terminated", False) else "interrupted"
+    kept = getattr(exc, "kept", None)
+    if kept is None:
+        return f"{how}; {RESUME_HINT}"
+    what = f"kept {counted(kept, 'article')} already written" if kept else "nothing was written yet"
+    return f"{how}; {what}; {RESUME_HINT}"
 
 
 class Group(click.Group):
-    """Turns library errors into one-line messages (exit 1) and Ctrl-C into a resume hint (exit 130)."""
+    """Turns library errors into one-line messages (exit 1), Ctrl-C and SIGTERM into what was kept and
+    how to resume (exit 130 and 143)."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        previous = _terminate_as_interrupt()
         try:
             return super().invoke(ctx)
         except BertKnnError as exc:
             raise click.ClickException(str(exc)) from exc
-        except KeyboardInterrupt:
-            click.echo(f"\n{RESUME_HINT}", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            click.echo(f"\n{interrupted_line(exc)}", err=True)
+            terminated = isinstance(exc, Terminated) or getattr(exc, "terminated", False)
+            sys.exit(143 if terminated else 130)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_as_interrupt() -> Any:
+    """SIGTERM raises ``Terminated`` in the main thread: a run stops as on Ctrl-C, its worker processes
+    and files closed, instead of dying with semaphores left behind. Returns the handler it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,7 +122,9 @@ def ingest_wiki(
     from bertknn_search.ingest.pipeline import ingest as run_ingest
 
     config = session.open_index(flags, must_exist=False).config
-    summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=not no_progress, workers=workers)
+    # JSON output is for scripts: no bar on stderr to mix into their logs (as for add).
+    progress = not (no_progress or as_json)
+    summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=progress, workers=workers)
     _print_summary(summary, as_json, "ingested")
 
 

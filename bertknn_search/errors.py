@@ -57,3 +57,16 @@ class StoreWriteError(BackendError):
         super().__init__(
             f"cannot write to index at {location}: {reason}; none of these {articles:,} articles was written"
         )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interruption so that a command stops as cleanly as on Ctrl-C."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped a run that writes; ``kept`` articles it wrote before stay written."""
+
+    def __init__(self, kept: int, terminated: bool) -> None:
+        super().__init__(kept)
+        self.kept = kept
+        self.terminated = terminated

@@ -224,12 +224,23 @@ def render_summary(summary: Any, verb: str) -> str:
         verb: "ingested" or "added".
     """
     s = summary
-    line = (
+    head = (
         f"{verb} {counted(s.articles, 'article')} ({s.replaced:,} replaced, {s.already_stored:,} already"
         f" stored, {s.empty:,} empty skipped, {counted(s.duplicates, 'duplicate id')}):"
-        f" {counted(s.sentences, 'sentence')}, {counted(s.contexts, 'context')} in {s.seconds:.1f} s"
-        f" ({s.contexts_per_second:,.0f} contexts/s) into {s.location}"
     )
+    if getattr(s, "contexts_mode", "eager") == "lazy":
+        # A lazy run encodes nothing: "0 contexts (0 contexts/s)" would read as if nothing was indexed.
+        mb = s.text_chars / 1e6
+        line = (
+            f"{head} {mb:,.1f} MB of text stored and indexed for IR in {s.seconds:.1f} s"
+            f" ({mb / s.seconds if s.seconds > 0 else 0.0:,.1f} MB/s) into {s.location};"
+            " contexts are encoded on first use (lazy index)"
+        )
+    else:
+        line = (
+            f"{head} {counted(s.sentences, 'sentence')}, {counted(s.contexts, 'context')} in"
+            f" {s.seconds:.1f} s ({s.contexts_per_second:,.0f} contexts/s) into {s.location}"
+        )
     windowed = getattr(s, "windowed", 0)
     if windowed:
         # Said once, here, instead of the tokenizer's warning in the middle of the progress bar.

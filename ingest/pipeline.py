@@ -18,7 +18,14 @@ from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoder import Encoder
-from bertknn_search.errors import BackendError, BertKnnError, InputFormatError, StoreWriteError
+from bertknn_search.errors import (
+    BackendError,
+    BertKnnError,
+    InputFormatError,
+    Interrupted,
+    StoreWriteError,
+    Terminated,
+)
 from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, make_rows
 from bertknn_search.ingest.prepare import (
     PreparedArticle,
@@ -28,7 +35,7 @@ from bertknn_search.ingest.prepare import (
     fingerprint_settings,
 )
 from bertknn_search.ingest.progress import Progress
-from bertknn_search.ingest.readers import Record, read_articles, read_records, record_size, warn
+from bertknn_search.ingest.readers import InputMeter, Record, read_articles, read_records, record_size, warn
 from bertknn_search.ingest.seen_ids import SeenIds
 from bertknn_search.ingest.sentences import SPLITTER, check_splitter
 from bertknn_search.records import Article, EncodedArticle, IndexMeta
@@ -60,6 +67,8 @@ class IngestSummary:
     windowed: int = 0
     max_length: int = 0
     too_large: int = 0  # articles skipped for holding more than ``Config.max_article_bytes``
+    text_chars: int = 0  # characters of text written by this run
+    contexts_mode: str = "eager"  # "lazy": no context was encoded; they are on first use
 
     @property
     def contexts_per_second(self) -> float:
@@ -124,7 +133,7 @@ def ingest(
             precision = backend.meta().precision  # contexts of one index are never mixed
         encoder = encoder or Encoder(config.model, config.layer, config.device, config.max_length, precision)
         device = encoder.placement.device  # a bad --device fails here, before an index is created
-        if progress:
+        if progress and config.contexts == "eager":  # a lazy ingest runs no model: nothing to say
             print(encoder.placement.describe(), file=sys.stderr)
         # The limit actually used (capped at the model's): fingerprints and the index meta record this one.
         config = config.replace(max_length=encoder.max_length)
@@ -133,13 +142,17 @@ def ingest(
             check_meta(backend.meta(), meta, backend.location)
             check_splitter(backend.meta().splitter, backend.location)
         duplicates = 0
+        meter: InputMeter | None = None
         if isinstance(source, Sequence):
             latest = {a.id: a for a in source}
             duplicates = len(source) - len(latest)
             records: Iterable[Record] = list(latest.values())
             total: int | None = len(latest)
         else:
-            records = read_records(source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped)
+            meter = InputMeter(source)
+            records = read_records(
+                source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped, meter=meter
+            )
             total = limit
         spec = TextSpec(
             fingerprint_settings(config.model, config.layer, config.mask_policy, config.max_length),
@@ -163,8 +176,9 @@ def ingest(
         raise
     batch_size = config.batch_for(device.type)
     counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0, "replaced": 0}
+    counts["text_chars"] = 0
     counts["duplicates"], counts["windowed"], counts["max_length"] = duplicates, 0, config.max_length
-    bar = Progress("add" if existing_only else "ingest", total, str(device), progress)
+    bar = Progress("add" if existing_only else "ingest", total, str(device), progress, meter, lazy)
     writes = _Writes(backend)
     pending: deque[Future[None]] = deque()
     rest = chain([first] if first is not None else [], chunks)
@@ -202,21 +216,32 @@ def ingest(
                     counts["sentences"] += sum(len(s) for s in prepared.sentences)
                     counts["contexts"] += len(prepared.rows)
                     counts["windowed"] += len({(r.article, r.sentence) for r in prepared.rows if r.windowed})
-                bar.end_chunk(prepared.size, len(prepared.todo), len(prepared.rows))
+                chars = sum(len(a.text) for a in prepared.todo)
+                counts["text_chars"] += chars
+                bar.end_chunk(prepared.size, len(prepared.todo), len(prepared.rows), chars)
             while pending:
                 writes.settle(pending.popleft())
-    except BaseException:
+    except BaseException as exc:
         bar.close()
         pool.close()
         # The error that stopped the ingest is the one to report, not a second one from closing.
         with contextlib.suppress(BertKnnError):
             backend.close()
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+            # The writer thread has finished its write by now: what it committed is what is kept.
+            raise Interrupted(writes.committed, isinstance(exc, Terminated)) from exc
         raise
     bar.close()
     pool.close()
     backend.close()
     seconds = time.perf_counter() - started
-    return IngestSummary(**counts, seconds=seconds, location=backend.location, too_large=skipped.count)
+    return IngestSummary(
+        **counts,
+        seconds=seconds,
+        location=backend.location,
+        too_large=skipped.count,
+        contexts_mode=config.contexts,
+    )
 
 
 class SkipCount:

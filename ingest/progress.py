@@ -7,8 +7,11 @@ import time
 
 from tqdm import tqdm
 
+from bertknn_search.ingest.readers import InputMeter
+
 _KNOWN = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} articles [{elapsed}<{remaining}{postfix}]"
 _UNKNOWN = "{desc}: {n_fmt} articles [{elapsed}{postfix}]"
+_BYTES = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}B/{total_fmt}B read [{elapsed}<{remaining}{postfix}]"
 
 
 class Progress:
@@ -18,18 +21,35 @@ class Progress:
     chunk of many contexts (one huge article) still shows progress while it is encoded. After the
     second chunk that had contexts to encode (the first one also loads the model), one line estimates
     the time left, or the time per 1,000 articles when the total is not known.
+
+    Without a total of articles (no ``--limit``) but with the input's size (``meter``), the bar runs over
+    the bytes of the input read, so it has a total and an estimate from the start. A lazy ingest encodes
+    nothing: its bar counts articles and text, not contexts.
     """
 
-    def __init__(self, label: str, total: int | None, device: str, enabled: bool) -> None:
+    def __init__(
+        self,
+        label: str,
+        total: int | None,
+        device: str,
+        enabled: bool,
+        meter: InputMeter | None = None,
+        lazy: bool = False,
+    ) -> None:
         self._device = device
         self._enabled = enabled
+        self._meter = meter if not total and meter is not None and meter.total else None
+        self._lazy = lazy
+        self._articles = 0
+        self._chars = 0
         self._bar = tqdm(
             desc=label,
-            total=total,
+            total=total or (self._meter.total if self._meter else None),
             disable=not enabled,
             dynamic_ncols=True,
             file=sys.stderr,
-            bar_format=_KNOWN if total else _UNKNOWN,
+            bar_format=_KNOWN if total else (_BYTES if self._meter else _UNKNOWN),
+            unit_scale=self._meter is not None,
         )
         self._total = total
         self._started = time.perf_counter()
@@ -50,14 +70,18 @@ class Progress:
         self._chunk = (done + rows, size)
         self._show()
 
-    def end_chunk(self, articles: int, written: int, contexts: int) -> None:
-        """A chunk is done: ``articles`` read, ``written`` of them encoded, with ``contexts`` contexts."""
+    def end_chunk(self, articles: int, written: int, contexts: int, chars: int = 0) -> None:
+        """A chunk is done: ``articles`` read, ``written`` of them stored (``chars`` of text), with
+        ``contexts`` contexts encoded."""
         self._chunk = (0, 0)
         self._contexts += contexts
         self._written += written
+        self._articles += articles
+        self._chars += chars
         if not self._enabled:
             return
-        self._bar.n += articles  # shown by _show, with the finished chunk's postfix
+        # Shown by _show, with the finished chunk's postfix.
+        self._bar.n = self._meter.done if self._meter else self._articles
         self._show()
         if contexts:
             self._maybe_estimate()
@@ -71,11 +95,13 @@ class Progress:
         elapsed = max(time.perf_counter() - self._started, 1e-9)
         done, size = self._chunk
         contexts = self._contexts + done
-        parts = [
-            f"{_rate(self._bar.n / elapsed)} articles/s",
-            f"{contexts:,} contexts",
-            f"{_rate(contexts / elapsed)} contexts/s",
-        ]
+        parts = [f"{self._articles:,} articles"] if self._meter else []
+        parts.append(f"{_rate(self._articles / elapsed)} articles/s")
+        if self._lazy:
+            # Nothing is encoded: what the run does is read, index and store text.
+            parts += [f"{self._chars / 1e6:,.1f} MB of text", "contexts encoded on first use"]
+        else:
+            parts += [f"{contexts:,} contexts", f"{_rate(contexts / elapsed)} contexts/s"]
         if size:
             parts.append(f"encoding {done:,}/{size:,}")
         self._bar.set_postfix_str(", ".join(parts), refresh=True)
@@ -85,8 +111,8 @@ class Progress:
         if self._window is None:
             self._window = (now, self._contexts)
             return
-        if self._estimated:
-            return
+        if self._estimated or self._meter is not None:
+            return  # the bar over the input's bytes estimates the time left itself
         self._estimated = True
         opened, before = self._window
         rate = (self._contexts - before) / max(now - opened, 1e-9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
 import math
@@ -112,6 +113,7 @@ def read_records(
     *,
     max_bytes: int = MAX_ARTICLE_BYTES,
     on_skip: Callable[[str], None] = warn,
+    meter: InputMeter | None = None,
 ) -> Iterator[Record]:
     """``read_articles`` with each article's own work left to ``finish``: the records come in the same
     order and count (redirects, other namespaces and articles over ``max_bytes`` are skipped here), and
@@ -129,18 +131,55 @@ def read_records(
     if max_bytes < 1:
         raise ConfigError(f"max_bytes must be 1 or more, not {max_bytes}")
     _check_exists(path)
-    bound = _Bound(max_bytes, on_skip)
+    bound = _Bound(max_bytes, on_skip, meter)
     if path.is_dir():
         return islice(_read_directory(path, fmt, bound), limit)
     return islice(_READERS[fmt or detect_format(path)](path, bound), limit)
 
 
+class InputMeter:
+    """How much of a corpus has been read, in bytes of its files as stored (compressed or not).
+
+    A progress bar without ``--limit`` shows this against ``total`` and estimates the time left from it.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        path = Path(path)
+        files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+        self.total = sum(p.stat().st_size for p in files if p.exists())
+        self.done = 0  # bytes of files read so far (written from the reading thread)
+
+    def add(self, n: int) -> None:
+        self.done = min(self.done + n, self.total)
+
+
+class _Metered(io.RawIOBase):
+    """A file whose reads are counted on an ``InputMeter`` (a decompressor reads through it)."""
+
+    def __init__(self, raw: IO[bytes], meter: InputMeter) -> None:
+        self._raw, self._meter = raw, meter
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        self._meter.add(n or 0)
+        return n  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 @dataclass(frozen=True)
 class _Bound:
-    """The most bytes one article may hold, and who is told of one skipped for holding more."""
+    """The most bytes one article may hold, who is told of one skipped for holding more, and the meter
+    that counts what is read."""
 
     max_bytes: int
     on_skip: Callable[[str], None]
+    meter: InputMeter | None = None
 
     def skip(self, path: Path, where: str, size: int) -> None:
         self.on_skip(
@@ -214,7 +253,7 @@ def _hidden(relative: Path) -> bool:
 def _read_xml(path: Path, bound: _Bound) -> Iterator[Record]:
     # Expat is fed a piece at a time and its handlers keep only the fields a record needs, each up to
     # the limit: ElementTree would hold a <text> whole before showing it, however long.
-    with _errors(path), _open(path) as stream:
+    with _errors(path), _open(path, bound.meter) as stream:
         pages = _Pages(path, bound.max_bytes)
         parser = pages.parser()
         fed = quiet = 0  # bytes given to the parser; of them, since it last reported anything
@@ -379,7 +418,7 @@ def _page_text(path: Path, where: str, page_id: str, title: str, wikitext: str) 
 
 
 def _read_jsonl(path: Path, bound: _Bound) -> Iterator[Record]:
-    with _errors(path), _open(path) as stream:
+    with _errors(path), _open(path, bound.meter) as stream:
         for line in _lines(path, stream, bound.max_bytes):
             if line.text is None:
                 bound.skip(path, f"line {line.number}", line.size)
@@ -472,7 +511,7 @@ class _Doc:
 
 
 def _read_extracted(path: Path, bound: _Bound) -> Iterator[Article]:
-    with _errors(path), _open(path) as stream:
+    with _errors(path), _open(path, bound.meter) as stream:
         doc: _Doc | None = None
         for line in _lines(path, stream, bound.max_bytes):
             text = line.text or ""  # an over-long line is neither a header nor an end
@@ -604,13 +643,15 @@ _DECOMPRESSORS: tuple[tuple[bytes, Callable[..., IO[bytes]]], ...] = (
 )
 
 
-def _open(path: Path) -> IO[bytes]:
+@contextmanager
+def _open(path: Path, meter: InputMeter | None = None) -> Iterator[IO[bytes]]:
     with open(path, "rb") as probe:
         magic = probe.read(6)
-    for prefix, opener in _DECOMPRESSORS:
-        if magic.startswith(prefix):
-            return opener(path, "rb")
-    return open(path, "rb")
+    with open(path, "rb", buffering=0) as file:  # a decompressor given a file does not close it
+        raw: Any = file if meter is None else _Metered(file, meter)
+        opener = next((o for prefix, o in _DECOMPRESSORS if magic.startswith(prefix)), None)
+        with opener(raw, "rb") if opener is not None else io.BufferedReader(raw) as stream:
+            yield stream
 
 
 def _check_exists(path: Path) -> None:

@@ -24,7 +24,8 @@ def lazy_index(base_config: Config, corpus: Path, tmp_path: Path) -> Path:
         *("--contexts", "lazy", "--no-progress", "--index", index, "--device", "cpu", "--precision", "fp32"),
     )
     assert r.exit_code == 0, r.output
-    assert ": 0 sentences, 0 contexts" in r.output  # the text pass encodes nothing
+    assert "MB of text stored and indexed for IR" in r.output  # the text pass encodes nothing
+    assert "contexts are encoded on first use (lazy index)" in r.output and "encoder:" not in r.output
     return index
 
 
@@ -144,3 +145,23 @@ def test_eval_run_on_a_lazy_index_reports_what_it_encoded(
     datastore = json.loads((out / "results.json").read_text())["meta"]["datastore"]
     assert datastore["contexts_encoded"] == held["contexts"] > 0
     assert datastore["estimated_eager_contexts"] == held["estimated_contexts"]
+
+
+def test_a_lazy_ingest_shows_its_input_read_and_text_not_contexts(
+    base_config: Config, corpus: Path, tmp_path: Path
+) -> None:
+    args = [
+        *("ingest", "wiki", corpus, "--model", base_config.model, "--contexts", "lazy"),
+        "--device",
+        "cpu",
+    ]
+    shown = run(*args, "--index", tmp_path / "a")
+    assert shown.exit_code == 0, shown.output
+    err = shown.stderr
+    # No --limit: the bar runs over the input's bytes (a total and an estimate), and says what it stores.
+    assert "B read" in err and "MB of text" in err and "contexts encoded on first use" in err
+    assert "encoder:" not in err and "contexts/s" not in err  # no model runs in a lazy ingest
+    quiet = run(*args, "--index", tmp_path / "b", "--json")
+    assert quiet.exit_code == 0 and quiet.stderr == ""  # --json: no bar
+    summary = json.loads(quiet.stdout)
+    assert summary["contexts_mode"] == "lazy" and summary["text_chars"] > 0 and summary["contexts"] == 0

@@ -202,7 +202,7 @@ def test_a_lazy_encode_in_another_precision_is_refused(
 def test_the_ingest_says_what_it_encodes_in(base_config: Config, corpus: Path, tmp_path: Path) -> None:
     from bertknn_search.ingest.pipeline import ingest
 
-    config = base_config.replace(index=tmp_path / "said", contexts="lazy", precision="auto")
+    config = base_config.replace(index=tmp_path / "said", contexts="eager", precision="auto")
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         ingest(corpus, config, limit=2, progress=True)
