@@ -178,7 +178,7 @@ def ingest(
     counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0, "replaced": 0}
     counts["text_chars"] = 0
     counts["duplicates"], counts["windowed"], counts["max_length"] = duplicates, 0, config.max_length
-    bar = Progress("add" if existing_only else "ingest", total, str(device), progress, meter, lazy)
+    bar = Progress("add" if existing_only else "ingest", total, str(device), progress, meter, lazy, started)
     writes = _Writes(backend)
     pending: deque[Future[None]] = deque()
     rest = chain([first] if first is not None else [], chunks)

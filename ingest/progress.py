@@ -35,6 +35,7 @@ class Progress:
         enabled: bool,
         meter: InputMeter | None = None,
         lazy: bool = False,
+        started: float | None = None,
     ) -> None:
         self._device = device
         self._enabled = enabled
@@ -52,7 +53,8 @@ class Progress:
             unit_scale=self._meter is not None,
         )
         self._total = total
-        self._started = time.perf_counter()
+        # From when the run began (its first chunk is read before the bar exists): rates stay honest.
+        self._started = time.perf_counter() if started is None else started
         self._contexts = 0  # encoded in finished chunks
         self._chunk = (0, 0)  # contexts encoded so far and in all, of the chunk being encoded
         self._written = 0  # articles encoded
