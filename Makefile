@@ -7,10 +7,12 @@ BIN := $(VENV)/bin
 
 .PHONY: setup demo test lint bench browser
 
+# torch goes in with pip, which honours a local wheel (pip's find-links) that uv does not look at; uv
+# then installs the rest in parallel (30 s here where pip took 3-5 min), pip when uv cannot.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)" -e ".[test]"
+	$(BIN)/python -m pip install -q uv "$(TORCH)"
+	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[test]" || $(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
 setup: $(VENV)/.installed
