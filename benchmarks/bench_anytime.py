@@ -55,7 +55,7 @@ from common import LAYER, MODEL_SIZES, Progress, cache_dir, environment, percent
 import bertknn_search.backends.lazy as lazy
 from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.blocks import exact_knn
-from bertknn_search.backends.encode_order import STRATEGIES, order_rows
+from bertknn_search.backends.encode_order import STRATEGIES, Lexicon, order_rows
 from bertknn_search.config import CPU_BUDGET, Config
 from bertknn_search.encoder import MASK, Encoder
 from bertknn_search.ingest.contexts import build_blocks, make_rows
@@ -187,6 +187,7 @@ class Encoded:
 
     def __post_init__(self) -> None:
         self._row_at = {(s, a): i for i, (s, a, _) in enumerate(self.spans)}
+        self.lexicon = Lexicon.of(self.sentences, np.array(self.spans, dtype=np.int64).reshape(-1, 3))
 
     @property
     def total(self) -> int:
@@ -260,7 +261,7 @@ def ranked(q: Question, art: Encoded, strategy: str, seed: int) -> np.ndarray:
     """Every row of ``art``, best first for ``q``: the product's order, or "random" (a reference)."""
     if strategy == "random":
         return np.random.default_rng(seed).permutation(art.total)
-    return order_rows(q.text, q.subject, art.sentences, art.spans, np.arange(art.total), strategy)
+    return order_rows(q.text, q.subject, art.lexicon, np.arange(art.total), strategy)
 
 
 def second_rows(first: np.ndarray, order: np.ndarray, budget: int) -> np.ndarray:

@@ -222,7 +222,7 @@ method_options = stacked(
         "--budget",
         type=click.IntRange(min=1),
         help="Lazy index: contexts a question encodes before it answers, those most like it first; the"
-        " answer says it is partial, and the rest is encoded later [default 256 on a CPU, 65,536 on a GPU].",
+        " answer says it is partial, and the rest is encoded later [default 64 on a CPU, 65,536 on a GPU].",
     ),
     click.option(
         "--exact",

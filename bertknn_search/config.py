@@ -29,10 +29,10 @@ EVIDENCE_MODES = ("diverse", "nearest")
 CPU_BATCH = 128
 GPU_BATCH = 1024
 # Anytime answers: contexts a question encodes before it answers, on a lazy index whose articles are not
-# yet encoded (those most like the question first; the rest later). Chosen from bench_anytime's curve of
-# budget -> agreement with the exact answer and time (README, "Cold questions"): on a CPU about 3 s of
-# BERT-base; on a GPU an article of 64k contexts whole, so answers there are exact in practice.
-CPU_BUDGET = 256
+# yet encoded (the rest later). From bench_anytime (BERT-base shapes, the 2-core CPU): 64 contexts answer
+# a cold subject question in about 2 s (p95 3.5 s), a free one over 3 articles in 2.6-2.9 s; 256 took
+# 7-11 s. On a GPU an article of 64k contexts is whole within the budget: answers there are exact.
+CPU_BUDGET = 64
 GPU_BUDGET = 65_536
 
 # Wikipedia's own cap on a page's wikitext (2 MiB). The readers hold no article past it (its XML text,

@@ -286,3 +286,18 @@ def test_the_cli_takes_budget_and_exact_and_says_when_an_answer_is_partial(
     assert not data["partial"] and [c["encoded"] for c in data["coverage"].values()] == [cov["total"]]
     refused = runner.invoke(main, [*common, "--budget", "0"])
     assert refused.exit_code == 2 and "--budget" in refused.output
+
+
+def test_a_budget_smaller_than_the_articles_searched_still_encodes_part_of_each(
+    lazy_copy: Config,  # noqa: F811
+) -> None:
+    q = Question("Many people in [MASK] knew a famous painter.")
+    searcher = Searcher.open(lazy_copy.replace(budget=1))
+    try:
+        answer = searcher.answer(q)
+        assert len(answer.articles) == 3
+        # One context of each article, never one article whole because the budget ran out before it.
+        assert [answer.coverage[a.id].encoded for a in answer.articles] == [1, 1, 1]
+        assert searcher.backend.stats().contexts == 3
+    finally:
+        searcher.close()

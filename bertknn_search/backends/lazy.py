@@ -5,10 +5,12 @@ exactly the answers an eager index of the same corpus gives, while ingest become
 the store holds only what has been asked about. The stored contexts are those ingest would have written:
 the same splitter, rows, encoder and fingerprint.
 
-On a CPU a long article is minutes of encoding. With a budget, a question has the contexts most useful
-to it encoded first (``encode_order``), up to the budget, and answers over those; each part is stored,
-so the next question, a server's idle time or ``warm`` goes on where it stopped, and an article encoded
-to its end is stored, and answers, exactly as an eager index's.
+On a CPU a long article is minutes of encoding. With a budget, a question has a budget of the
+article's contexts encoded first (in ``encode_order``'s order), and answers over those, saying so; each
+part is stored, so the next question, a server's idle time or ``warm`` goes on where it stopped. An
+article encoded to its end is stored as an eager index stores it, with the same rows; its keys equal an
+eager index's to float rounding (in bf16, a key depends a little on the rows batched with it, which can
+flip a near tie between two answers).
 """
 
 from __future__ import annotations
@@ -398,10 +400,14 @@ def _block(work: _Work, rows: np.ndarray, vectors: np.ndarray) -> ContextBlock:
 
 def _best(ranked: Sequence[tuple[str, np.ndarray]], budget: int) -> dict[str, np.ndarray]:
     """The first ``budget`` rows of several articles' rankings, taken in turn (one article's best, the
-    next's best, ...), so that each article a question searches gets its best rows encoded."""
+    next's best, ...), so that each article a question searches gets its best rows encoded.
+
+    Every article gets one row at least, even past the budget: an article with none stored would be
+    searched as never encoded, which means encoding it whole.
+    """
     taken: dict[str, list[int]] = {aid: [] for aid, _ in ranked}
     depth = 0
-    left = budget
+    left = max(budget, sum(len(rows) > 0 for _, rows in ranked))
     while left > 0 and any(depth < len(rows) for _, rows in ranked):
         for aid, rows in ranked:
             if depth < len(rows) and left > 0:
