@@ -265,7 +265,7 @@ def cli(*args: str, input: str | None = None) -> Any:
 def test_a_lazy_opensearch_index_answers_as_the_eager_embedded_one(
     built_index: Config, opensearch_config: Config, corpus: Path, facts: list[Fact]
 ) -> None:
-    lazy_config = opensearch_config.replace(contexts="lazy")
+    lazy_config = opensearch_config.replace(contexts="lazy", exact=True)
     ingest(corpus, lazy_config, progress=False)
     qs = questions(facts)
     embedded, lazy = Searcher.open(built_index), Searcher.open(lazy_config)
