@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -301,3 +302,52 @@ def test_a_budget_smaller_than_the_articles_searched_still_encodes_part_of_each(
         assert searcher.backend.stats().contexts == 3
     finally:
         searcher.close()
+
+
+@pytest.mark.slow
+@pytest.mark.reliability
+def test_a_query_killed_mid_encode_keeps_whole_parts_and_the_next_resumes_to_one_copy(
+    base_config: Config, tmp_path: Path
+) -> None:
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from bertknn_search.backends import open_backend
+    from bertknn_search.demo import FILLER
+    from bertknn_search.ingest.pipeline import ingest
+    from bertknn_search.records import Article
+
+    rng = random.Random(2)
+    text = "\n".join(
+        " ".join(" ".join(rng.choices(FILLER, k=14)).capitalize() + "." for _ in range(8)) for _ in range(400)
+    )
+    config = base_config.replace(index=tmp_path / "lazy", contexts="lazy")
+    ingest([Article("long", "Long Town", text)], config, progress=False)
+    ask = [sys.executable, "-m", "bertknn_search", "query", "Long Town lies on the [MASK].", "--subject"]
+    ask += ["Long Town", "--index", str(config.index), "--device", "cpu"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def stored() -> tuple[int, int]:
+        backend = open_backend(config)
+        try:
+            coverage = backend.coverage(["long"]).get("long")
+            stats = backend.stats()
+            return (0 if coverage is None else coverage.encoded), stats.contexts
+        finally:
+            backend.close()
+
+    proc = subprocess.Popen([*ask, "--exact"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while stored()[0] == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    kept, contexts = stored()
+    assert kept > 0 and kept == contexts  # whole parts only, each row once
+    rerun = subprocess.run([*ask, "--budget", "100", "--json"], env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    (cov,) = json.loads(rerun.stdout)["coverage"].values()
+    assert cov["encoded"] == kept + 100 == stored()[1] < cov["total"]  # went on where it stopped
