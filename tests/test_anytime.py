@@ -20,6 +20,7 @@ from bertknn_search.output import render_answer, to_json
 from bertknn_search.records import Answer, EncodeHooks, Question
 from bertknn_search.search import Searcher
 from bertknn_search.server.batcher import MicroBatcher, Stopping
+from tests.conftest import long_article_index
 from tests.test_lazy import assert_same_answer, lazy_copy, lazy_index  # noqa: F401  (fixtures)
 
 BUDGET = 5  # the synthetic articles have 25 contexts each
@@ -310,22 +311,13 @@ def test_a_query_killed_mid_encode_keeps_whole_parts_and_the_next_resumes_to_one
     base_config: Config, tmp_path: Path
 ) -> None:
     import os
-    import random
     import signal
     import subprocess
     import sys
 
     from bertknn_search.backends import open_backend
-    from bertknn_search.demo import FILLER
-    from bertknn_search.ingest.pipeline import ingest
-    from bertknn_search.records import Article
 
-    rng = random.Random(2)
-    text = "\n".join(
-        " ".join(" ".join(rng.choices(FILLER, k=14)).capitalize() + "." for _ in range(8)) for _ in range(400)
-    )
-    config = base_config.replace(index=tmp_path / "lazy", contexts="lazy")
-    ingest([Article("long", "Long Town", text)], config, progress=False)
+    config = long_article_index(base_config, tmp_path / "lazy", paragraphs=400, seed=2)
     ask = [sys.executable, "-m", "bertknn_search", "query", "Long Town lies on the [MASK].", "--subject"]
     ask += ["Long Town", "--index", str(config.index), "--device", "cpu"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

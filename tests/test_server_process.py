@@ -30,6 +30,7 @@ from bertknn_search.backends import open_backend
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import FILLER, Fact
+from tests.conftest import long_article_index
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e '.[test]')")
@@ -387,19 +388,8 @@ def test_a_link_asks_its_question_and_asking_makes_a_link_in_chromium(
 def test_sigterm_during_a_cold_encode_stops_within_seconds_and_keeps_whole_parts(
     base_config: Config, tmp_path: Path
 ) -> None:
-    from bertknn_search.ingest.pipeline import ingest
-    from bertknn_search.records import Article
-
-    rng = random.Random(1)
-    text = "\n".join(
-        " ".join(" ".join(rng.choices(FILLER, k=14)).capitalize() + "." for _ in range(8)) for _ in range(600)
-    )
-    index = tmp_path / "lazy"
-    ingest(
-        [Article("long", "Long Town", text)],
-        base_config.replace(index=index, contexts="lazy"),
-        progress=False,
-    )
+    config = long_article_index(base_config, tmp_path / "lazy", paragraphs=600, seed=1)
+    index = config.index
     served = serve(index)
     reply: list[Any] = []
 
@@ -421,7 +411,7 @@ def test_sigterm_during_a_cold_encode_stops_within_seconds_and_keeps_whole_parts
     log = "".join(served.log)
     assert code in (0, -signal.SIGTERM) and took < 5, (took, log)
     assert reply and (isinstance(reply[0], OSError) or reply[0][0] == 503), (reply, log)
-    backend = open_backend(base_config.replace(index=index, contexts="lazy"))
+    backend = open_backend(config)
     try:
         coverage = backend.coverage(["long"]).get("long")
         stats = backend.stats()
