@@ -34,7 +34,10 @@ browser:
 			chromium chromium-driver >/dev/null; \
 	else echo "chromium not installed and not installable here (not root, or no apt-get): the browser test will skip"; fi
 
+# The docs (docs/, mkdocs.yml) build with --strict: a broken link or anchor, or a page left out of the nav,
+# fails. Quiet unless it fails: mkdocs's own -q would hide the warnings --strict counts (mkdocs#4126).
 test: lint browser
+	@out=$$($(BIN)/mkdocs build --strict --clean --site-dir site 2>&1) || { echo "$$out"; exit 1; }
 	$(BIN)/python -m pytest -q
 
 bench: setup
