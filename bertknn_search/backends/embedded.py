@@ -75,6 +75,9 @@ CREATE TABLE IF NOT EXISTS coverage (
     bytes INTEGER NOT NULL DEFAULT 0
 );
 """
+# What an article's contexts are held in: the whole, or the parts and which rows they hold.
+PARTS = ("context_parts", "coverage")
+CONTEXTS = ("contexts", *PARTS)
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
 SCHEMA = (
@@ -293,7 +296,7 @@ class EmbeddedBackend:
                 row = cur.execute("SELECT rowid FROM articles WHERE id = ?", (aid,)).fetchone()
                 if row is None:
                     continue
-                for table in ("contexts", "context_parts", "coverage", "texts", "popularity"):
+                for table in (*CONTEXTS, "texts", "popularity"):
                     cur.execute(f"DELETE FROM {table} WHERE article = ?", row)
                 cur.execute("DELETE FROM articles WHERE rowid = ?", row)
                 batch.remove(aid)
@@ -324,12 +327,10 @@ class EmbeddedBackend:
             cur.execute("INSERT INTO popularity VALUES (?, ?)", (rowid, art.popularity))
         if block is None:
             # Text only (a lazy index): contexts cached for an older text are stale from now on.
-            for table in ("contexts", "context_parts", "coverage"):
-                cur.execute(f"DELETE FROM {table} WHERE article = ?", (rowid,))
+            _delete(cur, CONTEXTS, rowid)
             cur.execute("INSERT OR REPLACE INTO texts VALUES (?, ?)", (rowid, art.text))
         else:
-            for table in ("context_parts", "coverage"):
-                cur.execute(f"DELETE FROM {table} WHERE article = ?", (rowid,))
+            _delete(cur, PARTS, rowid)
             self._put_block(cur, rowid, block)
         return replaced
 
@@ -472,8 +473,7 @@ class EmbeddedBackend:
 
     def _put_whole(self, cur: sqlite3.Cursor, rowid: int, block: ContextBlock) -> None:
         """An article's every context: one row of ``contexts``; any parts it had are superseded."""
-        for table in ("context_parts", "coverage"):
-            cur.execute(f"DELETE FROM {table} WHERE article = ?", (rowid,))
+        _delete(cur, PARTS, rowid)
         self._put_block(cur, rowid, block)
         cur.execute(
             "UPDATE articles SET n_sentences = ?, n_contexts = ? WHERE rowid = ?",
@@ -499,9 +499,10 @@ class EmbeddedBackend:
         rows = rows[new]
         done[rows] = True
         columns = self._columns(part)
+        sentences = json.dumps(block.sentences, ensure_ascii=False)
         size = sum(len(c) for c in columns) + rows.size * 4 + (held[1] if held else 0)
         if held is None:
-            size += len(json.dumps(block.sentences, ensure_ascii=False).encode("utf-8"))
+            size += len(sentences.encode("utf-8"))
         number = cur.execute(
             "SELECT COALESCE(MAX(part), -1) + 1 FROM context_parts WHERE article = ?", (rowid,)
         ).fetchone()[0]
@@ -518,7 +519,7 @@ class EmbeddedBackend:
                 total,
                 int(done.sum()),
                 np.packbits(done).tobytes(),
-                json.dumps(block.sentences, ensure_ascii=False),
+                sentences,
                 time.time(),
                 size,
             ),
@@ -572,7 +573,7 @@ class EmbeddedBackend:
             for lo in range(0, len(dropped), 500):
                 chunk = dropped[lo : lo + 500]
                 marks = ",".join("?" * len(chunk))
-                for table in ("contexts", "context_parts", "coverage"):
+                for table in CONTEXTS:
                     cur.execute(f"DELETE FROM {table} WHERE article IN ({marks})", chunk)
                 cur.execute(
                     f"UPDATE articles SET n_sentences = 0, n_contexts = 0 WHERE rowid IN ({marks})", chunk
@@ -836,6 +837,11 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
             f"index at {path} cannot be read (its metadata lacks or garbles {exc}): it is damaged;"
             " restore it from a backup or rebuild it with ingest"
         ) from exc
+
+
+def _delete(cur: sqlite3.Cursor, tables: Sequence[str], rowid: int) -> None:
+    for table in tables:
+        cur.execute(f"DELETE FROM {table} WHERE article = ?", (rowid,))
 
 
 def _unpack_mask(done: bytes, total: int) -> np.ndarray:

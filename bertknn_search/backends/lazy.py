@@ -238,7 +238,8 @@ class LazyDatastore:
         encoded = 0
         try:
             while encoded < len(queue):
-                # Without a front end to let in between, one step is the whole selection (best batching).
+                # Without a front end waiting, steps are large (batching), bounded so that model inputs
+                # are made for a step's rows, never a whole long article's.
                 size = batch * STEP_BATCHES if hooks.between is None else self._step_rows(batch)
                 # In the article's order within a step, so that encoding an article whole batches its
                 # rows as ingest does (what is encoded first is decided by which rows a step holds).
@@ -296,15 +297,13 @@ class LazyDatastore:
 
     def _store_empty(self, work: Sequence[_Work]) -> None:
         """Articles without a single context are stored whole at once: nothing to encode, ever."""
-        from bertknn_search.ingest.contexts import build_blocks
-
         if work:
-            vectors = np.zeros((0, self.encoder.dim), np.float16)
-            blocks = build_blocks(
-                [w.pending.article for w in work], [w.sentences for w in work], [], vectors, self.config
-            )
+            none, vectors = np.zeros(0, np.int64), np.zeros((0, self.encoder.dim), np.float16)
             self.parts.put_contexts(
-                [dataclasses.replace(b, fingerprint=w.pending.fingerprint) for b, w in zip(blocks, work)]
+                [
+                    EncodedArticle(w.pending.article, _block(w, none, vectors), w.pending.fingerprint)
+                    for w in work
+                ]
             )
 
     def _touch(self, ids: Sequence[str]) -> None:
