@@ -116,7 +116,8 @@ encoding_options = stacked(
     click.option(
         "--mask-policy",
         type=click.Choice(MASK_POLICIES),
-        help="Which words get a context [default single-wordpiece].",
+        help="Which words get a context: one-wordpiece words (the paper's), or every word with its"
+        " wordpieces under one [MASK] (whole-word) [default single-wordpiece].",
     ),
     click.option(
         "--store-dtype",

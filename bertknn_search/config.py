@@ -13,7 +13,8 @@ from typing import Any
 
 from bertknn_search.errors import ConfigError
 
-MASK_POLICIES = ("single-wordpiece", "single-wordpiece-no-stopwords")
+# The single-wordpiece policies are the paper's datastore; the whole-word ones make every word an answer.
+MASK_POLICIES = ("single-wordpiece", "single-wordpiece-no-stopwords", "whole-word", "whole-word-no-stopwords")
 STORE_DTYPES = ("float16", "int8")
 DISTANCES = ("squared-l2", "l2")
 BACKENDS = ("embedded", "opensearch")

@@ -7,8 +7,8 @@ import numpy as np
 
 def knn_probs(
     distances: np.ndarray,
-    token_ids: np.ndarray,
-    vocab_size: int,
+    positions: np.ndarray,
+    size: int,
     temperature: float,
     squared: bool = True,
 ) -> np.ndarray:
@@ -20,20 +20,27 @@ def knn_probs(
 
     Args:
         distances: (k,) squared L2 distances, as the backends return them.
-        token_ids: (k,) int, the value (wordpiece id) of each neighbour.
-        vocab_size: size of the output distribution V.
+        positions: (k,) int, each neighbour's value as a position of the output: its wordpiece id, or
+            for the whole-word policies ``ValueSpace.index`` of its value.
+        size: size of the output distribution (V, or ``ValueSpace.size``).
         temperature: the paper's l, any positive finite float: the smallest puts all mass on the nearest
             neighbours' words (shared by exact ties), the largest spreads it evenly over the neighbours.
         squared: use d² as the paper's reference code does (l=6 was tuned on it); False uses d.
 
     Returns:
-        (V,) float64 summing to 1, or all zeros when there are no neighbours.
+        (size,) float64 summing to 1, or all zeros when there are no neighbours.
+
+    Raises:
+        ValueError: a negative position (a word's hash passed where its position was due): numpy
+            would count it silently at the wrong end of the vocabulary.
     """
-    probs = np.zeros(vocab_size, dtype=np.float64)
+    probs = np.zeros(size, dtype=np.float64)
     if distances.size == 0:
         return probs
+    if positions.min() < 0:
+        raise ValueError("knn_probs takes positions: map whole-word values with ValueSpace.index first")
     weights = np.exp(knn_logits(distances, temperature, squared))  # the nearest's is 1: the sum is >= 1
-    np.add.at(probs, token_ids.astype(np.int64), weights)
+    np.add.at(probs, positions.astype(np.int64), weights)
     return probs / weights.sum()
 
 

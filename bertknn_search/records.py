@@ -239,11 +239,20 @@ class Question:
 
 @dataclass(frozen=True)
 class Prediction:
-    """One ranked answer word with its probability."""
+    """One ranked answer word with its probability.
+
+    Attributes:
+        word: the word as the tokenizer normalises it (lowercased by an uncased model).
+        token_id: its value: the wordpiece id, or for a word of several wordpieces a negative hash
+            (``values.word_value``).
+        prob: its probability.
+        pieces: the wordpieces of a word of several; empty for a word of one.
+    """
 
     word: str
     token_id: int
     prob: float
+    pieces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from bertknn_search.records import (
 from bertknn_search.retrieve import retrieve
 from bertknn_search.split_words import split_words
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
+from bertknn_search.values import MAX_PIECES, Candidates, ValueSpace, is_word, whole_words, word_value
 
 _UNUSED = re.compile(r"\[unused\d+\]")
 # Sentences of the nearest neighbours read for words that cannot be answers (see split_words): the
@@ -49,8 +50,10 @@ class Scored:
     Attributes:
         hits: the articles searched; None in no-IR mode.
         neighbors: the k nearest contexts.
-        p_bert, p_knn, p: (V,) distributions; p_knn is all zeros without neighbours, p_bert None for a
-            model without an MLM head (p is then p_knn).
+        p_bert: (V,) BERT's distribution; None for a model without an MLM head.
+        p_knn, p: distributions over ``space`` (the vocabulary, then the words of several wordpieces
+            among the neighbours); p_knn is all zeros without neighbours, p is p_knn without p_BERT.
+        space: what the positions of p_knn and p stand for.
         gate: the adaptive-retrieval decision; None when no gate is set (the question retrieved).
         seconds: time spent on this question's IR and kNN (its share of a batch's lazy encoding
             included); 0 when the gate skipped them.
@@ -63,6 +66,7 @@ class Scored:
     p_bert: np.ndarray | None
     p_knn: np.ndarray
     p: np.ndarray
+    space: ValueSpace
     gate: GateDecision | None = None
     seconds: float = 0.0
     coverage: dict[str, Coverage] = field(default_factory=dict)
@@ -182,11 +186,14 @@ class Searcher:
             start = time.perf_counter()
             nb = self.neighbors(state, hits, cfg.k) if go[i] else Neighbors.empty()
             squared = cfg.distance == "squared-l2"
-            p_knn = knn_probs(nb.distances, nb.token_ids, self.encoder.vocab_size, cfg.temperature, squared)
+            space = ValueSpace.of(nb.token_ids, self.encoder.vocab_size)
+            p_knn = knn_probs(nb.distances, space.index(nb.token_ids), space.size, cfg.temperature, squared)
+            # BERT gives a word of several wordpieces no probability of its own (see docs/method.md).
+            p = interpolate(p_knn, None if pb is None else space.pad(pb), cfg.lam)
             took = seconds[i] + time.perf_counter() - start + shared if go[i] else 0.0
             gate = None if gates is None else gates[i]
             seen = {h.id: coverage[h.id] for h in hits or [] if h.id in coverage}
-            scored.append(Scored(hits, nb, pb, p_knn, interpolate(p_knn, pb, cfg.lam), gate, took, seen))
+            scored.append(Scored(hits, nb, pb, p_knn, p, space, gate, took, seen))
         return scored
 
     def gate_signal(
@@ -235,9 +242,9 @@ class Searcher:
                 question=q.text,
                 subject=q.subject,
                 articles=list(s.hits or []),
-                bert_knn=self._predictions(s.p),
-                bert=None if s.p_bert is None else self._predictions(s.p_bert),
-                knn=self._predictions(s.p_knn),
+                bert_knn=self.predictions(s.p, s),
+                bert=None if s.p_bert is None else self.predictions(s.p_bert, s),
+                knn=self.predictions(s.p_knn, s),
                 evidence=[],
                 n_neighbors=len(s.neighbors),
                 bert_available=s.p_bert is not None,
@@ -259,6 +266,8 @@ class Searcher:
 
     def _with_split_words(self, answer: Answer, nb: Neighbors) -> Answer:
         """``answer`` with the words at [MASK]'s place in its nearest sentences that cannot be answers."""
+        if whole_words(self.backend.meta().mask_policy):
+            return answer  # every word is an answer here
         refs = list(dict.fromkeys((nb.article_ids[r], int(nb.sentence_ids[r])) for r in range(len(nb))))
         refs = refs[:SPLIT_SCAN]
         if not refs:
@@ -283,7 +292,50 @@ class Searcher:
         mask[sorted(special)] = False
         return mask
 
-    def _predictions(self, p: np.ndarray) -> list[Prediction]:
-        ids, probs = rank(p, self.config.top, self.answerable)
-        vocab = self.encoder.vocab
-        return [Prediction(vocab[i], int(i), float(pr)) for i, pr in zip(ids, probs)]
+    def ranked(
+        self, p: np.ndarray, scored: Scored, top: int, allowed: Candidates | None = None
+    ) -> tuple[list[int], np.ndarray]:
+        """The ``top`` value ids of ``p`` (a distribution over ``scored.space``, or p_BERT's vocabulary).
+
+        ``allowed`` narrows the candidates (default: every answerable id and every word).
+        """
+        mask = (allowed or Candidates(self.answerable)).over(scored.space)
+        positions, probs = rank(p, top, mask[: p.shape[0]])
+        return [scored.space.value(int(i)) for i in positions], probs
+
+    def value(self, word: str) -> int | None:
+        """The value ``word`` is stored under in this index: its wordpiece id, or under a whole-word
+        policy the hash of its wordpieces if it is one word; None if it cannot be an answer here."""
+        tok = self.encoder.tokenizer
+        enc = tok(word, add_special_tokens=False)
+        ids: list[int] = enc["input_ids"]
+        if not ids or tok.unk_token_id in ids:
+            return None
+        if len(ids) == 1:
+            return int(ids[0])
+        one_word = len(set(enc.word_ids())) == 1
+        if not whole_words(self.backend.meta().mask_policy) or not one_word or len(ids) > MAX_PIECES:
+            return None
+        return word_value(ids)
+
+    def predictions(self, p: np.ndarray, scored: Scored) -> list[Prediction]:
+        """``p``'s top answers as words: a word of several wordpieces is read from a neighbour's sentence."""
+        values, probs = self.ranked(p, scored, self.config.top)
+        words = self.words(values, scored.neighbors)
+        out = []
+        for value, pr in zip(values, probs):
+            word, pieces = words[value]
+            out.append(Prediction(word, value, float(pr), pieces if len(pieces) > 1 else ()))
+        return out
+
+    def words(self, values: Sequence[int], nb: Neighbors) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """Each value's word and wordpieces; a word's hash is resolved through a neighbour holding it."""
+        vocab, tok = self.encoder.vocab, self.encoder.tokenizer
+        out = {v: (vocab[v], (vocab[v],)) for v in values if not is_word(v)}
+        hashed = [v for v in values if is_word(v)]
+        rows = [int(np.flatnonzero(nb.token_ids == v)[0]) for v in hashed]
+        texts = self.backend.sentences([(nb.article_ids[r], int(nb.sentence_ids[r])) for r in rows])
+        for v, r, text in zip(hashed, rows, texts):
+            pieces = tuple(tok.tokenize(text[int(nb.starts[r]) : int(nb.ends[r])]))
+            out[v] = (tok.convert_tokens_to_string(list(pieces)), pieces)
+        return out

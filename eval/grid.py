@@ -21,6 +21,7 @@ from bertknn_search.gates import SIGNALS, confidence, learn_thresholds
 from bertknn_search.knn import knn_probs
 from bertknn_search.records import Neighbors
 from bertknn_search.search import Searcher
+from bertknn_search.values import Candidates, ValueSpace
 
 GRID_KEYS = ("n_articles", "k", "temperature", "lam")
 CASTS = {"n_articles": int, "k": int, "temperature": float, "lam": float}
@@ -93,7 +94,8 @@ def grid_search(
     common = vocab_mask(searcher, common_vocab) if common_vocab is not None else None
     ready, unscorable = prepare(searcher, facts, common)
     # Special tokens are never answers, as in the rankings ``evaluate`` scores.
-    allowed = searcher.answerable if common is None else common & searcher.answerable
+    answerable = Candidates(searcher.answerable)
+    allowed = answerable if common is None else common & answerable
     shape = tuple(len(v) for v in values.values())
     hits = np.zeros((*shape, len(ready)), dtype=bool)
     scored = np.zeros(len(ready), dtype=bool)
@@ -111,7 +113,7 @@ def grid_search(
                         signals[name] += found.tolist()
             for item, state, pb in zip(batch, states, [None] * len(batch) if p_bert is None else p_bert):
                 scored[j] = _fact_hits(searcher, item, state, pb, values, config, allowed, hits[..., j])
-                bert_hits[j] = pb is not None and bool(top1_hits(pb[None, :], item.gold, allowed)[0])
+                bert_hits[j] = pb is not None and bool(top1_hits(pb[None, :], item.gold, allowed.mask)[0])
                 j += 1
             bar.update(len(batch))
     skipped = Counter(reason for _, reason in unscorable)
@@ -178,7 +180,7 @@ def _fact_hits(
     p_bert: np.ndarray | None,
     values: dict[str, list[Any]],
     config: Config,
-    allowed: np.ndarray | None,
+    allowed: Candidates | None,
     out: np.ndarray,
 ) -> bool:
     """Fill ``out`` (N, k, l, λ) with the top-1 hits of one fact; False when it has no retrieved context."""
@@ -196,14 +198,18 @@ def _fact_hits(
         nb = cache[key]
         for b, k in enumerate(ks):
             for c, temp in enumerate(temps):
-                p_knn = knn_probs(nb.distances[:k], nb.token_ids[:k], vocab_size, temp, squared)
+                space = ValueSpace.of(nb.token_ids[:k], vocab_size)
+                positions = space.index(nb.token_ids[:k])
+                p_knn = knn_probs(nb.distances[:k], positions, space.size, temp, squared)
                 # interpolate() falls back to BERT when there are no neighbours, and is kNN alone for a
                 # model without an MLM head (every λ alike); so does this.
                 if pb is None:
                     p = np.repeat(p_knn[None, :], len(lams), axis=0)
                 else:
-                    p = lams * p_knn + (1 - lams) * pb if p_knn.any() else np.repeat(pb, len(lams), axis=0)
-                out[a, b, c, :] = top1_hits(p, item.gold, allowed)
+                    wide = np.stack([space.pad(row) for row in pb])
+                    p = lams * p_knn + (1 - lams) * wide if p_knn.any() else np.repeat(wide, len(lams), 0)
+                gold = [g for g in map(space.position, item.gold) if g is not None]
+                out[a, b, c, :] = top1_hits(p, gold, None if allowed is None else allowed.over(space))
     return any(len(nb) > 0 for nb in cache.values())
 
 

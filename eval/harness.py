@@ -23,9 +23,9 @@ from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
 from bertknn_search.eval.report import write_report
 from bertknn_search.gates import SIGNALS, confidence, retrieves, threshold_for
-from bertknn_search.interpolate import rank
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
+from bertknn_search.values import Candidates, is_word
 
 CHECKPOINT = "facts.jsonl"
 ADAPTIVE = "adaptive_"  # + the gate's signal: the model that retrieves only where that gate says so
@@ -82,43 +82,43 @@ class Prepared:
     gold: tuple[int, ...]
 
 
-def vocab_mask(searcher: Searcher, words: Collection[str]) -> np.ndarray:
-    """(V,) bool: the ids of the words that are one token (LAMA's common-vocabulary filter)."""
-    encoder = searcher.encoder
-    mask = np.zeros(encoder.vocab_size, dtype=bool)
-    ids = encoder.tokenizer(sorted(words), add_special_tokens=False)["input_ids"] if words else []
-    unk = encoder.tokenizer.unk_token_id
-    mask[[row[0] for row in ids if len(row) == 1 and row[0] != unk]] = True
-    return mask
+def vocab_mask(searcher: Searcher, words: Collection[str]) -> Candidates:
+    """LAMA's common-vocabulary filter: the words that are one token, and under a whole-word policy
+    the words of several wordpieces too (by value)."""
+    mask = np.zeros(searcher.encoder.vocab_size, dtype=bool)
+    values = [v for v in map(searcher.value, sorted(words)) if v is not None]
+    mask[[v for v in values if not is_word(v)]] = True
+    return Candidates(mask, frozenset(v for v in values if is_word(v)))
 
 
 def prepare(
-    searcher: Searcher, facts: Sequence[Fact], allowed: np.ndarray | None
+    searcher: Searcher, facts: Sequence[Fact], allowed: Candidates | None
 ) -> tuple[list[Prepared], list[tuple[Fact, str]]]:
     """Split facts into scorable ones and skipped ones (with the reason).
 
-    Answers are matched as token ids, so the tokenizer's own normalisation (lowercasing and accent
-    stripping for an uncased model) applies to them exactly as to the model's output.
+    Answers are matched as values (token ids; a word's hash under a whole-word policy), so the
+    tokenizer's own normalisation (lowercasing and accent stripping for an uncased model) applies to
+    them exactly as to the model's output.
     """
-    encoder, unk = searcher.encoder, searcher.encoder.tokenizer.unk_token_id
     ready, skipped = [], []
     for fact in facts:
-        ids = [encoder.single_token_id(a) for a in fact.answers]
-        gold = tuple(dict.fromkeys(i for i in ids if i is not None and i != unk))
+        ids = [searcher.value(a) for a in fact.answers]
+        gold = tuple(dict.fromkeys(i for i in ids if i is not None))
         reason = None
-        if ids[0] is None or ids[0] == unk:
-            reason = NOT_ONE_TOKEN  # LAMA's rule: the main object must be one token
-        elif allowed is not None and not allowed[ids[0]]:
+        if ids[0] is None:
+            # LAMA's rule: the main object must be one token; a whole-word index takes one word.
+            reason = NOT_ONE_TOKEN
+        elif allowed is not None and ids[0] not in allowed:
             reason = NOT_IN_COMMON_VOCAB
         else:
             try:
-                encoder.prepare(fact.question)
+                searcher.encoder.prepare(fact.question)
             except QuestionError:
                 reason = BAD_QUESTION  # several [MASK]s (3 SQuAD lines) or too long for the model
         if reason:
             skipped.append((fact, reason))
         else:
-            allowed_gold = gold if allowed is None else tuple(i for i in gold if allowed[i])
+            allowed_gold = gold if allowed is None else tuple(i for i in gold if i in allowed)
             question = Question(fact.question, fact.subject, fact.popularity, fact.relation)
             ready.append(Prepared(fact, question, allowed_gold))
     return ready, skipped
@@ -212,12 +212,13 @@ def evaluate(
 
 
 def _rank_batch(
-    searcher: Searcher, batch: Sequence[Prepared], config: Config, allowed: np.ndarray | None
+    searcher: Searcher, batch: Sequence[Prepared], config: Config, allowed: Candidates | None
 ) -> list[dict[str, Any]]:
     """One checkpoint line per fact: rank of the first gold id per model, and each model's top words."""
-    vocab, top = searcher.encoder.vocab, max(KS)
+    top = max(KS)
     # Special tokens are never answers (as in query's rankings); LAMA's vocabulary narrows further.
-    allowed = searcher.answerable if allowed is None else allowed & searcher.answerable
+    answerable = Candidates(searcher.answerable)
+    allowed = answerable if allowed is None else allowed & answerable
     questions = [p.question for p in batch]
     # Every fact retrieves, so that BERT-kNN is scored on all; the gates are applied afterwards from
     # the signals recorded here, each fact's IR and kNN time telling what a gate saves.
@@ -235,14 +236,15 @@ def _rank_batch(
         hits, nb = scored.hits, scored.neighbors
         dists = {"bert": scored.p_bert, "knn": scored.p_knn, "bert_knn": scored.p}
         # A model without an MLM head has no p_BERT: its BERT column is left out, not scored as wrong.
-        ranked = {m: rank(p, top, allowed)[0].tolist() for m, p in dists.items() if p is not None}
+        ranked = {m: searcher.ranked(p, scored, top, allowed)[0] for m, p in dists.items() if p is not None}
         ranks = {
             m: next((i for i, t in enumerate(ids, 1) if t in item.gold), None) for m, ids in ranked.items()
         }
+        words = searcher.words(sorted({v for ids in ranked.values() for v in ids}), nb)
         extra = {
             "articles": [h.title for h in hits or []],
             "neighbors": len(nb),
-            "top": {m: [vocab[i] for i in ids] for m, ids in ranked.items()},
+            "top": {m: [words[i][0] for i in ids] for m, ids in ranked.items()},
             # Rounded: a batch of other shape moves the last bits, and a resumed run must write equal lines.
             "signals": {name: _rounded(values[j]) for name, values in signals.items()},
             "seconds": scored.seconds,
@@ -345,7 +347,7 @@ def available_models(searcher: Searcher) -> tuple[str, ...]:
 
 
 def _run_settings(
-    searcher: Searcher, config: Config, allowed: np.ndarray | None, models: Sequence[str]
+    searcher: Searcher, config: Config, allowed: Candidates | None, models: Sequence[str]
 ) -> dict[str, Any]:
     return {
         "model": searcher.encoder.model_name,
@@ -354,7 +356,7 @@ def _run_settings(
         "index": str(searcher.config.index),
         # Evidence is not scored, so a run with other evidence settings may resume this one.
         "settings": {k: v for k, v in config.method_settings().items() if k != "evidence"},
-        "common_vocab": None if allowed is None else int(allowed.sum()),
+        "common_vocab": None if allowed is None else int(allowed.mask.sum()) + len(allowed.words or ()),
         "models": list(models),
     }
 

@@ -12,6 +12,7 @@ from bertknn_search.encoder import Encoder
 from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
 from bertknn_search.records import Article, ContextBlock, EncodedArticle
 from bertknn_search.stopwords import STOPWORDS, is_punctuation
+from bertknn_search.values import MAX_PIECES, whole_words, word_value
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class MaskedRow:
     sentence: int
     input_ids: list[int]
     mask_position: int
-    token_id: int
+    token_id: int  # the value (``values.word_value``): the wordpiece's id, or a word's hash
     start: int
     end: int
     windowed: bool = False  # the sentence is longer than the model takes: this row is a window of it
@@ -35,14 +36,14 @@ def fingerprint(article: Article, config: Config) -> str:
 
 
 def maskable(word: str, policy: str) -> bool:
-    """Whether a single-wordpiece word gets a context under ``policy``.
+    """Whether a word (one the policy's piece rule admits) gets a context under ``policy``.
 
     Punctuation is never stored: it can never be an answer and only crowds out words among the k
     neighbours. The reference also skipped stopwords; that halves the store and is a policy option.
     """
     if is_punctuation(word):
         return False
-    return not (policy == "single-wordpiece-no-stopwords" and word.lower() in STOPWORDS)
+    return not (policy.endswith("-no-stopwords") and word.lower() in STOPWORDS)
 
 
 TOKENIZE_SENTENCES = 512  # sentences tokenised at once by make_row_table
@@ -61,8 +62,9 @@ class RowTable:
     sentence_index: np.ndarray  # row -> index into ``tokens``
     article: np.ndarray
     sentence: np.ndarray  # within its article
-    position: np.ndarray  # of the masked token within its sentence's tokens
-    token_id: np.ndarray
+    position: np.ndarray  # of the word's first wordpiece within its sentence's tokens
+    length: np.ndarray  # the word's wordpieces, all replaced by one [MASK]
+    token_id: np.ndarray  # the value: ``values.word_value`` of the word's pieces
     start: np.ndarray
     end: np.ndarray
     specials: tuple[int, int, int]  # cls, sep, mask
@@ -78,7 +80,9 @@ class RowTable:
         out = []
         for i in np.asarray(index, dtype=np.int64).tolist():
             ids = self.tokens[self.sentence_index[i]]
-            pos = int(self.position[i])
+            pos, span = int(self.position[i]), int(self.length[i])
+            if span > 1:  # one [MASK] for the whole word, the form a question has
+                ids = np.concatenate([ids[:pos], ids[pos : pos + 1], ids[pos + span :]])
             lo = 0 if len(ids) <= width else min(max(pos - width // 2, 0), len(ids) - width)
             window = ids[lo : lo + width].tolist()
             window[pos - lo] = mask_id
@@ -100,7 +104,10 @@ class RowTable:
 def make_rows(
     sentences: Sequence[Sequence[str]], encoder: Encoder, policy: str, max_length: int
 ) -> list[MaskedRow]:
-    """Every maskable single-wordpiece word occurrence of every sentence, as a masked model input.
+    """Every maskable word occurrence of every sentence, as a masked model input.
+
+    The single-wordpiece policies take the words that are one wordpiece (the paper's datastore); the
+    whole-word policies take every word, its wordpieces replaced by one [MASK].
 
     Args:
         sentences: per article, its sentences.
@@ -121,6 +128,7 @@ def make_row_table(
 ) -> RowTable:
     """``make_rows``' rows as a ``RowTable``: the same rows, in the same order, without their inputs."""
     tok = encoder.tokenizer
+    whole = whole_words(policy)
     flat = [(a, s, text) for a, sents in enumerate(sentences) for s, text in enumerate(sents)]
     tokens: list[np.ndarray] = []
     parts: list[np.ndarray] = []
@@ -134,31 +142,43 @@ def make_row_table(
             ids: list[int] = enc["input_ids"][i]
             tokens.append(np.asarray(ids, dtype=np.int32))
             offsets = enc["offset_mapping"][i]
-            word_ids = enc.word_ids(i)
-            counts: dict[int, int] = {}
-            for w in word_ids:
-                if w is not None:
-                    counts[w] = counts.get(w, 0) + 1
-            for pos, (tid, w) in enumerate(zip(ids, word_ids)):
-                if w is None or counts[w] != 1 or tid == tok.unk_token_id:
+            for pos, span in _words(enc.word_ids(i)):
+                pieces = ids[pos : pos + span]
+                if (span > 1 and (not whole or span > MAX_PIECES)) or tok.unk_token_id in pieces:
                     continue
-                start, end = offsets[pos]
+                start, end = offsets[pos][0], offsets[pos + span - 1][1]
                 if maskable(text[start:end], policy):
-                    found.append((lo + i, a, s, pos, tid, start, end))
-        parts.append(np.asarray(found, dtype=np.int32).reshape(-1, 7))
-    columns = np.concatenate(parts) if parts else np.zeros((0, 7), np.int32)
+                    found.append((lo + i, a, s, pos, span, word_value(pieces), start, end))
+        parts.append(np.asarray(found, dtype=np.int64).reshape(-1, 8))
+    columns = (np.concatenate(parts) if parts else np.zeros((0, 8), np.int64)).astype(np.int32)
     return RowTable(
         tokens=tokens,
         sentence_index=columns[:, 0].copy(),
         article=columns[:, 1].copy(),
         sentence=columns[:, 2].copy(),
         position=columns[:, 3].copy(),
-        token_id=columns[:, 4].copy(),
-        start=columns[:, 5].copy(),
-        end=columns[:, 6].copy(),
+        length=columns[:, 4].copy(),
+        token_id=columns[:, 5].copy(),
+        start=columns[:, 6].copy(),
+        end=columns[:, 7].copy(),
         specials=(tok.cls_token_id, tok.sep_token_id, tok.mask_token_id),
         width=max_length - 2,
     )
+
+
+def _words(word_ids: Sequence[int | None]) -> list[tuple[int, int]]:
+    """(first position, wordpieces) of each word of a tokenised sentence, in order."""
+    out: list[tuple[int, int]] = []
+    previous = None
+    for pos, w in enumerate(word_ids):
+        if w is None:
+            previous = None
+        elif w == previous:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((pos, 1))
+            previous = w
+    return out
 
 
 def encode_rows(

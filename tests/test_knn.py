@@ -17,7 +17,7 @@ LARGEST = sys.float_info.max
 def test_sums_every_neighbour_with_the_same_value() -> None:
     d = np.array([0.0, 6.0, 6.0])
     ids = np.array([1, 2, 2])
-    p = knn_probs(d, ids, vocab_size=4, temperature=6.0)
+    p = knn_probs(d, ids, size=4, temperature=6.0)
     w = np.array([1.0, np.exp(-1.0), np.exp(-1.0)])
     expected = np.array([0.0, w[0], w[1] + w[2], 0.0]) / w.sum()
     np.testing.assert_allclose(p, expected)

@@ -16,7 +16,10 @@ from bertknn_search.errors import IndexCorruptError
 from bertknn_search.records import ArticleHit, ContextBlock, EncodedArticle, IndexMeta, Neighbors
 from bertknn_search.terms import document_text, query_terms, tokenize
 
-SCHEMA_VERSION = 4  # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts; 4: precision
+# 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts; 4: precision; 5: whole-word values
+# (a word's hash, negative, beside token ids), which version 4 would count at the vocabulary's far end.
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (4, 5)  # a version-4 index holds token ids only: it reads as it always did
 KINDS = ("articles", "contexts")
 # Both backends break distance ties by (article id, sentence, start); sorting on the server as well keeps
 # the k-th place deterministic when several contexts tie at the cut.
@@ -79,10 +82,11 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
             " delete both and ingest again"
         )
     raw = found[0]
-    if raw.get("schema_version") != SCHEMA_VERSION:
+    if raw.get("schema_version") not in READABLE_VERSIONS:
         raise IndexCorruptError(
             f"indices at {where} have schema version {raw.get('schema_version')!r}, this version of"
-            f" bertknn-search reads {SCHEMA_VERSION}; ingest again under another --opensearch-prefix"
+            f" bertknn-search reads {' and '.join(map(str, READABLE_VERSIONS))};"
+            " ingest again under another --opensearch-prefix"
         )
     try:
         return IndexMeta(

@@ -132,7 +132,7 @@ def answer_from_json(item: Mapping[str, Any]) -> Answer:
     """An ``Answer`` from its JSON (``to_json`` of it gives the same JSON back)."""
 
     def predictions(rows: list[dict[str, Any]]) -> list[Prediction]:
-        return [Prediction(**row) for row in rows]
+        return [Prediction(**{**row, "pieces": tuple(row.get("pieces") or ())}) for row in rows]
 
     return Answer(
         question=item["question"],
