@@ -72,6 +72,11 @@ def render_answer(answer: Answer, top: int) -> str:
         lines.append(f"{i + 1:>3}  " + "".join(f"{c:<24}" for c in cells))
     if answer.split_words:
         lines.append(render_split_words(answer.split_words))
+    shown = [r[:top] for r in (answer.bert_knn, answer.knn)]
+    words = {p.word: p.pieces for ranking in shown for p in ranking if p.pieces}
+    if words:
+        listed = ", ".join(f"{w} ({' '.join(pieces)})" for w, pieces in words.items())
+        lines.append(f"whole words of several wordpieces: {listed}")
     for ev in answer.evidence:
         lines.append(f"evidence for {ev.word!r}:")
         for s in ev.sentences:

@@ -128,6 +128,13 @@ def test_meta_from_mappings_round_trip() -> None:
     assert bodies.meta_from_mappings(response, NAMES, "here") == META
 
 
+def test_a_version_4_index_still_opens() -> None:
+    """Version 5 added whole-word values; a version-4 index holds token ids only and reads as before."""
+    response = {name: {"mappings": {"_meta": {**META_DOC, "schema_version": 4}}} for name in NAMES.values()}
+    assert bodies.SCHEMA_VERSION == 5
+    assert bodies.meta_from_mappings(response, NAMES, "here") == META
+
+
 @pytest.mark.parametrize(
     ("metas", "message"),
     [

@@ -30,7 +30,10 @@ function drawRanking(box, predictions) {
   }
   predictions.slice(0, 10).forEach((pred, i) => {
     const item = el("li");
-    item.append(el("span", "rank", String(i + 1)), el("span", "word", pred.word));
+    const word = el("span", "word", pred.word);
+    // A word of several wordpieces (a whole-word index) shows them: it is one answer, not a guess of pieces.
+    if (pred.pieces && pred.pieces.length) word.title = pred.pieces.join(" ");
+    item.append(el("span", "rank", String(i + 1)), word);
     const bar = el("span", "bar");
     const fill = el("span", "fill");
     fill.style.width = Math.max(0.5, 100 * pred.prob).toFixed(1) + "%";
