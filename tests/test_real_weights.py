@@ -85,3 +85,34 @@ def test_knn_with_ir_beats_knn_over_every_context_on_real_facts(
     assert with_ir[1] >= MIN_P1_WITH_IR, with_ir
     assert with_ir[1] >= no_ir[1] + MIN_P1_GAIN_FROM_IR, (with_ir, no_ir)
     assert with_ir[10] >= MIN_P10_WITH_IR, with_ir
+
+
+# l for MiniLM-L6's layer 6: its squared distances within an article span about 8 to 11, where BERT-base's
+# l=6 (tuned on distances several times larger) weighs every neighbour almost alike; see docs/method.md.
+MINILM_TEMPERATURE = 3.0
+
+
+def test_einstein_is_born_in_ulm_with_whole_words(minilm: Path, shared_data: Path, tmp_path: Path) -> None:
+    """The enwiki fragment's Albert Einstein article says he was born in Ulm (``ul ##m``): an answer no
+    single-wordpiece index can give, which a whole-word index ranks among kNN's first five."""
+    from bertknn_search.ingest.readers import read_articles
+
+    dump = (
+        shared_data / "wiki-sample" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    )
+    einstein = next(a for a in read_articles(dump) if a.title == "Albert Einstein")
+    corpus = tmp_path / "einstein.jsonl"
+    corpus.write_text(json.dumps({"id": einstein.id, "title": einstein.title, "text": einstein.text}) + "\n")
+    index = ["--index", tmp_path / "idx", "--device", "cpu"]
+    cli(
+        *("ingest", "wiki", corpus, "--model", minilm, "--layer", "6", "--contexts", "lazy"),
+        *("--mask-policy", "whole-word-no-stopwords", "--precision", "fp32", "--no-progress", *index),
+    )
+    out = cli(
+        *("query", "Albert Einstein was born in [MASK].", "--subject", "Albert Einstein", *index),
+        *("--exact", "--temperature", MINILM_TEMPERATURE, "--json"),
+    )
+    knn = json.loads(out)["knn"][:5]
+    ulm = next((p for p in knn if p["word"] == "ulm"), None)
+    assert ulm is not None, [p["word"] for p in knn]
+    assert ulm["pieces"] == ["ul", "##m"] and ulm["token_id"] < 0

@@ -254,3 +254,22 @@ def test_whole_word_answers_alike_on_both_backends(
             assert any(p.pieces for p in b.knn)
     finally:
         opensearch.close()
+
+
+def test_the_server_answers_whole_words_with_their_pieces(
+    indexes: dict[str, Config], facts: list[Fact]
+) -> None:
+    pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e '.[test]')")
+    from fastapi.testclient import TestClient
+
+    from bertknn_search.server.app import ServerSettings, create_app
+    from bertknn_search.server.client import answer_from_json
+    from tests.test_server import LOCAL, start
+
+    f = facts[1]
+    with TestClient(create_app(ServerSettings(indexes["whole-lazy"])), base_url=LOCAL) as client:
+        start(client)
+        body = {"question": f"{f.person.title()} was born in [MASK].", "subject": f.person.title()}
+        answer = client.post("/query", json=body).json()["answers"][0]
+    assert answer["knn"][0]["word"] == town(f).lower() and answer["knn"][0]["pieces"] == [f.city, "##s"]
+    assert answer_from_json(answer).knn[0].pieces == (f.city, "##s")  # the CLI's --server path reads it back
