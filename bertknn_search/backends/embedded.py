@@ -144,7 +144,7 @@ class EmbeddedBackend:
         self._codec = TextCodec()  # its dictionary is read in with the first snapshot that has one
         self._version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
         if not read_only:
-            # Indexes built before article popularity existed gain its table (schema stays 4: optional).
+            # Indexes built before article popularity existed gain its table (optional: no new version).
             with self._lock, conn:
                 conn.execute(POPULARITY_TABLE)
                 for statement in PART_TABLES.split(";"):
