@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,14 @@ def test_a_lazy_index_answers_as_an_eager_one_and_says_what_it_holds(
     searched = {a["id"] for line in lazy.output.splitlines() for a in json.loads(line)["articles"]}
     assert after["encoded_articles"] == len(searched) and after["contexts"] > 0
     assert after["estimated_contexts"] > after["contexts"]
+
+
+def test_a_damaged_compressed_text_is_one_line_naming_its_article(lazy_index: Path) -> None:
+    with sqlite3.connect(lazy_index / "index.sqlite") as conn:
+        conn.execute("UPDATE texts SET text = x'28b52ffd0058'")  # every text: a zstd frame cut short
+    line = one_line_error(ask(lazy_index))
+    assert line.startswith(f"Error: index at {lazy_index}: the stored text of article '")
+    assert "' is damaged (not a zstd frame of UTF-8 text:" in line
 
 
 def test_no_ir_on_a_lazy_index_says_to_build_an_eager_one(lazy_index: Path) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bertknn_search.backends import text_codec
 from bertknn_search.backends.blocks import exact_knn
-from bertknn_search.backends.embedded import SCHEMA_VERSION, EmbeddedBackend
+from bertknn_search.backends.embedded import READABLE_VERSIONS, EmbeddedBackend
+from bertknn_search.backends.text_codec import TextCodec
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
 
@@ -74,7 +77,7 @@ def test_an_index_of_another_schema_version_asks_for_a_rebuild(
     backend.close()
     with sqlite3.connect(tmp_path / "idx" / "index.sqlite") as conn:
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    wanted = f"schema version '1', this version of bertknn-search reads {SCHEMA_VERSION}"
+    wanted = f"schema version '1', this version of bertknn-search reads {' and '.join(READABLE_VERSIONS)}"
     with pytest.raises(IndexCorruptError, match=wanted):
         EmbeddedBackend.open(tmp_path / "idx")
 
@@ -324,3 +327,105 @@ def test_damaged_rows_name_the_article(tmp_path: Path, backend: EmbeddedBackend)
     with pytest.raises(IndexCorruptError, match=r"contexts of article '3' are damaged .*differ in length"):
         backend.knn(np.zeros(DIM, np.float32), 3, ["3"])
     assert backend.knn(np.zeros(DIM, np.float32), 3, ["1"]).article_ids == ["1", "1"]
+
+
+# --- the text store: compressed rows, and indexes of schema version 4 --------------------------------------
+LAZY = IndexMeta(model="m", layer=11, dim=DIM, vocab_size=50, mask_policy="single-wordpiece", contexts="lazy")
+
+
+def wordy(i: int) -> str:
+    """An article's text: long enough to compress, non-ASCII, and different for each ``i``."""
+    return f"Zorblat {i} was born in Quenton, Zürich or 東京; he wrote {i * 7} poems about the river. " * 8
+
+
+def text_only(aid: str, text: str) -> EncodedArticle:
+    return EncodedArticle(Article(aid, f"Title {aid}", text), None, f"fp{aid}")
+
+
+def stored_types(index: Path) -> dict[str, str]:
+    with sqlite3.connect(index / "index.sqlite") as conn:
+        sql = "SELECT a.id, typeof(t.text) FROM texts t JOIN articles a ON a.rowid = t.article"
+        return dict(conn.execute(sql).fetchall())
+
+
+def schema_version(index: Path) -> str:
+    with sqlite3.connect(index / "index.sqlite") as conn:
+        return conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+
+
+def test_texts_are_stored_compressed_with_a_dictionary_and_read_back(tmp_path: Path) -> None:
+    texts = {str(i): wordy(i) for i in range(text_codec.TRAIN_MIN_ARTICLES)} | {"empty": "", "short": "ab"}
+    with closing(EmbeddedBackend.create(tmp_path / "idx", LAZY)) as b:
+        b.add_articles([text_only(aid, text) for aid, text in texts.items()])
+    raw = sum(len(t.encode("utf-8")) for t in texts.values())
+    with sqlite3.connect(tmp_path / "idx" / "index.sqlite") as conn:
+        stored = conn.execute("SELECT SUM(length(CAST(text AS BLOB))) FROM texts").fetchone()[0]
+        assert conn.execute("SELECT typeof(value) FROM meta WHERE key = 'text_dictionary'").fetchone() == (
+            "blob",
+        )
+    assert stored < raw / 5
+    types = stored_types(tmp_path / "idx")
+    assert types.pop("empty") == types.pop("short") == "text"  # zstd would make them larger
+    assert set(types.values()) == {"blob"}
+    with closing(
+        EmbeddedBackend.open(tmp_path / "idx")
+    ) as b:  # a new process: the dictionary comes from the file
+        got = {p.article.id: p.article.text for p in b.unencoded(list(texts))}
+    assert got == texts
+
+
+def make_version_4(index: Path) -> None:
+    """Rewrite an index's rows as version 4 wrote them: plain TEXT, no dictionary, schema version 4."""
+    with sqlite3.connect(index / "index.sqlite") as conn:
+        held = conn.execute("SELECT value FROM meta WHERE key = 'text_dictionary'").fetchone()
+        codec = TextCodec(None if held is None else held[0])
+        for table, column in (("texts", "text"), ("contexts", "sentences")):
+            rows = conn.execute(f"SELECT article, {column} FROM {table}").fetchall()
+            for rowid, value in rows:
+                conn.execute(
+                    f"UPDATE {table} SET {column} = ? WHERE article = ?", (codec.unpack(value), rowid)
+                )
+        conn.execute("DELETE FROM meta WHERE key = 'text_dictionary'")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+
+
+def test_an_index_of_version_4_opens_answers_and_takes_new_articles(tmp_path: Path) -> None:
+    index = tmp_path / "idx"
+    old = {str(i): wordy(i) for i in range(3)}
+    with closing(EmbeddedBackend.create(index, LAZY)) as b:
+        b.add_articles([text_only(aid, text) for aid, text in old.items()])
+        b.put_contexts([encoded("1", "Title 1", wordy(1), [[0, 0, 0, 1]], [10], fp="fp1")])
+    make_version_4(index)
+    assert set(stored_types(index).values()) == {"text"} and schema_version(index) == "4"
+
+    with closing(EmbeddedBackend.open(index)) as b:
+        assert {p.article.id: p.article.text for p in b.unencoded(list(old))} == {
+            "0": old["0"],
+            "2": old["2"],
+        }
+        assert b.sentences([("1", 0)]) == [wordy(1)]
+        assert [h.id for h in b.search_articles("zorblat 2 quenton", 1)] == ["2"]
+        new = {str(i): wordy(i) for i in range(3, 3 + text_codec.TRAIN_MIN_ARTICLES)}
+        b.add_articles([text_only(aid, text) for aid, text in new.items()])
+        b.add_articles([text_only("0", wordy(100))])  # an old row replaced: stored the new way
+    types = stored_types(index)
+    assert types["2"] == "text" and types["0"] == types["3"] == "blob"
+    assert schema_version(index) == "5"  # what it now holds needs this version to read
+    with closing(EmbeddedBackend.open(index)) as b:
+        got = {p.article.id: p.article.text for p in b.unencoded([*old, *new])}
+        assert got == {**new, "0": wordy(100), "2": old["2"]}
+        assert b.sentences([("1", 0)]) == [wordy(1)]
+
+
+def test_a_damaged_compressed_text_names_the_article(tmp_path: Path) -> None:
+    index = tmp_path / "idx"
+    with closing(EmbeddedBackend.create(index, LAZY)) as b:
+        b.add_articles([text_only("1", wordy(1)), text_only("2", wordy(2))])
+    with sqlite3.connect(index / "index.sqlite") as conn:
+        conn.execute("UPDATE texts SET text = substr(text, 1, 20) WHERE article = 2")
+    with closing(EmbeddedBackend.open(index)) as b:
+        assert [p.article.text for p in b.unencoded(["1"])] == [wordy(1)]
+        with pytest.raises(
+            IndexCorruptError, match="the stored text of article '2' is damaged \\(not a zstd"
+        ):
+            b.unencoded(["2"])

@@ -86,6 +86,7 @@ def test_articles_mapping_indexes_the_shared_terms() -> None:
     body = bodies.create_bodies(META)["articles"]
     index = body["settings"]["index"]
     assert index["number_of_shards"] == 1
+    assert index["codec"] == "best_compression"  # the stored text (_source) DEFLATE-compressed
     assert index["similarity"] == {"bm25_lucene": {"type": "BM25", "k1": 1.2, "b": 0.75}}
     assert index["analysis"]["filter"]["word_bigrams"] == {
         "type": "shingle",

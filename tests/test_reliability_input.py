@@ -204,6 +204,12 @@ def test_a_subject_that_is_not_utf8_is_one_line(built_index: Config) -> None:
             "the stored sentences of article '100' are damaged (Expecting value: line 1 column 1 (char 0));",
         ),
         (
+            "UPDATE contexts SET sentences = x'28b52ffd0058' WHERE article ="  # a zstd frame cut short
+            " (SELECT rowid FROM articles WHERE id = '100')",
+            ["--subject", "Zorblat", "--temperature", "1"],
+            "the stored sentences of article '100' are damaged (not a zstd frame of UTF-8 text:",
+        ),
+        (
             "UPDATE contexts SET token_ids = x'0102' WHERE article ="
             " (SELECT rowid FROM articles WHERE id = '100')",
             ["--subject", "Zorblat"],

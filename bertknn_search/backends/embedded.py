@@ -24,6 +24,7 @@ from bertknn_search.backends.article_index import IR_DIR, ArticleIndex, field_te
 from bertknn_search.backends.article_index import PARTS as IR_PARTS
 from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
+from bertknn_search.backends.text_codec import TextCodec, stored_size, train
 from bertknn_search.errors import (
     BackendError,
     IndexCorruptError,
@@ -46,7 +47,11 @@ from bertknn_search.records import (
 from bertknn_search.terms import query_terms
 
 DB_NAME = sqlite_file.DB_NAME
-SCHEMA_VERSION = "4"  # 2: accent-folded terms, max_length; 3: tantivy, lazy contexts; 4: precision
+SCHEMA_VERSION = "5"  # 2: accent-folded terms, max_length; 3: tantivy, lazy contexts; 4: precision;
+# 5: texts and sentences stored zstd-compressed (text_codec). The versions this code opens: a "4" index
+# holds plain TEXT rows, which are read as they are, and becomes "5" at its first write (rows then mix).
+READABLE_VERSIONS = ("4", SCHEMA_VERSION)
+DICTIONARY_KEY = "text_dictionary"  # meta: the zstd dictionary trained on the first large write
 POPULARITY_TABLE = (
     "CREATE TABLE IF NOT EXISTS popularity"
     " (article INTEGER PRIMARY KEY REFERENCES articles(rowid), value REAL NOT NULL)"
@@ -136,8 +141,10 @@ class EmbeddedBackend:
         self._read_only = read_only  # why this index was opened read-only; "" when it is writable
         self._lock = threading.RLock()  # the ingest writer thread shares the connection
         self._flat: FlatIndex | None = None
+        self._codec = TextCodec()  # its dictionary is read in with the first snapshot that has one
+        self._version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
         if not read_only:
-            # Indexes built before article popularity existed gain its table (schema stays 4: optional).
+            # Indexes built before article popularity existed gain its table (optional: no new version).
             with self._lock, conn:
                 conn.execute(POPULARITY_TABLE)
                 for statement in PART_TABLES.split(";"):
@@ -266,6 +273,7 @@ class EmbeddedBackend:
             ) as batch,
             self._write(len(items)) as cur,
         ):
+            self._train_codec(cur, [item.article.text for item in items if item.contexts is None])
             for item, item_fields in zip(items, fields):
                 batch.add(item.article.id, item_fields, replaces=self._write_one(cur, item, batch.version))
             cur.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
@@ -328,7 +336,7 @@ class EmbeddedBackend:
         if block is None:
             # Text only (a lazy index): contexts cached for an older text are stale from now on.
             _delete(cur, CONTEXTS, rowid)
-            cur.execute("INSERT OR REPLACE INTO texts VALUES (?, ?)", (rowid, art.text))
+            cur.execute("INSERT OR REPLACE INTO texts VALUES (?, ?)", (rowid, self._codec.pack(art.text)))
         else:
             _delete(cur, PARTS, rowid)
             self._put_block(cur, rowid, block)
@@ -352,9 +360,9 @@ class EmbeddedBackend:
         )
 
     def _put_block(self, cur: sqlite3.Cursor, rowid: int, block: ContextBlock) -> None:
-        sentences = json.dumps(block.sentences, ensure_ascii=False)
+        sentences = self._text_codec(cur).pack(json.dumps(block.sentences, ensure_ascii=False))
         columns = self._columns(block)
-        size = sum(len(c) for c in columns) + len(sentences.encode("utf-8"))
+        size = sum(len(c) for c in columns) + stored_size(sentences)
         cur.execute(
             "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rowid, sentences, *columns, time.time(), size),
@@ -386,11 +394,13 @@ class EmbeddedBackend:
                 " AND NOT EXISTS (SELECT 1 FROM contexts c WHERE c.article = a.rowid) ORDER BY a.id",
                 ids,
             ).fetchall()
+            self._text_codec(cur)
         out = []
         for aid, title, text, fp, total, done, sentences in rows:
             rows_done = np.zeros(0, np.int64) if total is None else _unpack_rows(done, total)
             listed = None if sentences is None else self._sentence_list(aid, sentences)
-            out.append(PendingArticle(Article(aid, title, text), fp, rows_done, listed))
+            article = Article(aid, title, self._unpack(text, f"text of article {aid!r} is"))
+            out.append(PendingArticle(article, fp, rows_done, listed))
         return out
 
     def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
@@ -499,10 +509,10 @@ class EmbeddedBackend:
         rows = rows[new]
         done[rows] = True
         columns = self._columns(part)
-        sentences = json.dumps(block.sentences, ensure_ascii=False)
+        sentences = self._text_codec(cur).pack(json.dumps(block.sentences, ensure_ascii=False))
         size = sum(len(c) for c in columns) + rows.size * 4 + (held[1] if held else 0)
         if held is None:
-            size += len(sentences.encode("utf-8"))
+            size += stored_size(sentences)
         number = cur.execute(
             "SELECT COALESCE(MAX(part), -1) + 1 FROM context_parts WHERE article = ?", (rowid,)
         ).fetchone()[0]
@@ -580,14 +590,45 @@ class EmbeddedBackend:
                 )
         return len(dropped)
 
+    # -- stored text (text_codec) -------------------------------------------------------------------
+    def _text_codec(self, cur: sqlite3.Cursor) -> TextCodec:
+        """The codec with the index's dictionary, once one is stored (it never changes after)."""
+        if self._codec.dictionary is None:
+            row = cur.execute("SELECT value FROM meta WHERE key = ?", (DICTIONARY_KEY,)).fetchone()
+            if row is not None and isinstance(row[0], bytes):
+                self._codec = TextCodec(row[0])
+        return self._codec
+
+    def _train_codec(self, cur: sqlite3.Cursor, texts: list[str]) -> None:
+        """Train and store the index's dictionary on the first write with enough texts to train on."""
+        if self._text_codec(cur).dictionary is not None:
+            return
+        dictionary = train(texts)
+        if dictionary is not None:
+            cur.execute("INSERT INTO meta VALUES (?, ?)", (DICTIONARY_KEY, dictionary))
+            self._codec = TextCodec(dictionary)
+
+    def _unpack(self, stored: str | bytes, what: str) -> str:
+        """A stored text or sentence list; ``what`` names it in the error ("text of article 'x' is")."""
+        try:
+            return self._codec.unpack(stored)
+        except ValueError as exc:
+            raise IndexCorruptError(
+                f"index at {self.path}: the stored {what} damaged ({exc}); add that article again or rebuild"
+                " the index with ingest"
+            ) from exc
+
     @contextmanager
     def _write(self, articles: int) -> Iterator[sqlite3.Cursor]:
         """One write transaction for ``articles`` articles: all of them are committed, or none."""
         cur = self._conn.cursor()
         try:
             cur.execute("BEGIN IMMEDIATE")
+            if self._version != SCHEMA_VERSION:  # an older index: what this write stores needs this code
+                cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
             yield cur
             cur.execute("COMMIT")
+            self._version = SCHEMA_VERSION
         except BaseException as exc:
             if self._conn.in_transaction:
                 self._conn.rollback()
@@ -737,12 +778,13 @@ class EmbeddedBackend:
             )
         with self._read() as cur:
             rows = cur.execute(sql, wanted * (2 if self._parts else 1)).fetchall()
+            self._text_codec(cur)
         texts = {aid: self._sentence_list(aid, s) for aid, s in rows}
         return [texts[aid][i] if aid in texts and i < len(texts[aid]) else "" for aid, i in refs]
 
-    def _sentence_list(self, article_id: str, stored: str) -> list[str]:
+    def _sentence_list(self, article_id: str, stored: str | bytes) -> list[str]:
         try:
-            value = json.loads(stored)
+            value = json.loads(self._unpack(stored, f"sentences of article {article_id!r} are"))
         except (TypeError, ValueError) as exc:
             value = exc
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -813,10 +855,10 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
                 f"index at {path} was never completely created (an ingest stopped while creating it);"
                 " run 'bertknn-search ingest wiki' again to create it"
             )
-        if rows["schema_version"] != SCHEMA_VERSION:
+        if rows["schema_version"] not in READABLE_VERSIONS:
             raise IndexCorruptError(
                 f"index at {path} has schema version {rows['schema_version']!r}, this version of"
-                f" bertknn-search reads {SCHEMA_VERSION}; ingest again into a new --index"
+                f" bertknn-search reads {' and '.join(READABLE_VERSIONS)}; ingest again into a new --index"
             )
         return IndexMeta(
             model=rows["model"],
