@@ -48,7 +48,8 @@ from bertknn_search.terms import query_terms
 
 DB_NAME = sqlite_file.DB_NAME
 SCHEMA_VERSION = "5"  # 2: accent-folded terms, max_length; 3: tantivy, lazy contexts; 4: precision;
-# 5: texts and sentences stored zstd-compressed (text_codec). The versions this code opens: a "4" index
+# 5: texts and sentences stored zstd-compressed (text_codec), and whole-word values (a negative hash beside
+# token ids, see values.py) under the whole-word policies. The versions this code opens: a "4" index
 # holds plain TEXT rows, which are read as they are, and becomes "5" at its first write (rows then mix).
 READABLE_VERSIONS = ("4", SCHEMA_VERSION)
 DICTIONARY_KEY = "text_dictionary"  # meta: the zstd dictionary trained on the first large write
