@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from bertknn_search.cli import main
 from bertknn_search.config import Config
-from bertknn_search.eval.cloze import ClozeResult, Target, cloze, leave_out
+from bertknn_search.eval.cloze import ClozeResult, cloze, leave_out
+from bertknn_search.eval.cloze_targets import Target
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
