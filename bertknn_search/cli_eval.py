@@ -325,6 +325,74 @@ def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **fla
     click.echo(to_json(summary) if as_json else render_warm(summary))
 
 
+@eval_group.command("cloze")
+@click.option(
+    "--corpus",
+    type=existing,
+    required=True,
+    help="The corpus the index was built from (any format 'ingest wiki' reads): its articles are drawn from.",
+)
+@click.option(
+    "--targets",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Targets of each kind: words of one wordpiece, and words of several.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Decides the articles and words drawn.")
+@click.option(
+    "--per-article",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="At most this many targets of each kind from one article.",
+)
+@method_options
+@cache_option
+@no_progress_option
+@json_flag("the result as one object on one line (settings, counts, P@1 and P@10 per kind and model)")
+@model_options(new_index=False)
+@index_options
+def eval_cloze(
+    corpus: Path,
+    targets: int,
+    seed: int,
+    per_article: int,
+    no_progress: bool,
+    as_json: bool,
+    **flags: Any,
+) -> None:
+    """Leave-one-out cloze: mask a word of the index's own sentences, answer from the other contexts.
+
+    Targets are drawn with --seed from the text and the tokenizer, so indexes of one corpus under other
+    mask policies get the same targets. The question is the sentence with the whole word as one [MASK]
+    and the article's title as subject; its own sentence's contexts are left out of the kNN. Reports
+    P@1 and P@10 for words of one wordpiece and of several. A lazy index encodes the articles drawn whole.
+
+    Example: bertknn-search eval cloze --corpus corpus.jsonl --index idx-whole --targets 200
+    """
+    from bertknn_search.eval.cloze import cloze, cloze_json, render_cloze
+    from bertknn_search.ingest.readers import read_articles
+    from bertknn_search.search import Searcher
+
+    config = session.open_index(flags).config
+    articles = [(a.id, a.title) for a in read_articles(corpus) if a.text.strip()]
+    searcher = Searcher.open(config)
+    try:
+        result = cloze(
+            searcher,
+            articles,
+            config,
+            per_kind=targets,
+            seed=seed,
+            per_article=per_article,
+            progress=not (no_progress or as_json),
+        )
+    finally:
+        searcher.close()
+    click.echo(json.dumps(cloze_json(result), ensure_ascii=False) if as_json else render_cloze(result))
+
+
 @eval_group.command("corpus")
 @click.option("--lama", type=existing, help="LAMA data folder: its T-REx and Google-RE facts' sentences.")
 @click.option("--lama-uhn", type=existing, help="LAMA-UHN folder (TREx_UHN/): its facts' sentences.")

@@ -75,6 +75,7 @@ def cases(
         "eval warm": (["eval", "warm", *asked], 1),
         "eval compare": (["eval", "compare", str(run)], 1),
         "eval corpus": (["eval", "corpus", "--lama", str(lama), "--out", str(tmp_path / "c.jsonl")], 1),
+        "eval cloze": (["eval", "cloze", "--corpus", str(corpus), "--targets", "2", *on_index], 1),
         "eval ablate": (["eval", "ablate", *asked, "--temperature", "1,6", "--out", str(tmp_path / "ab")], 1),
     }
 
