@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
-from bertknn_search.eval.cloze_targets import KINDS, Sample, Target, draw_targets
+from bertknn_search.eval.cloze_targets import KINDS, Sample, Target, article_sentences, draw_targets
 from bertknn_search.eval.harness import available_models
 from bertknn_search.ingest.contexts import make_row_table
 from bertknn_search.interpolate import interpolate
@@ -41,6 +41,8 @@ class TargetResult:
         own_article: whether the IR step searched the target's own article.
         left_out: neighbours of the target's own sentence dropped before the k were kept.
         top: model -> its first answer, as a word.
+        reachable: whether a context of the searched articles outside the target's sentence holds its
+            value: kNN can only name a word stored elsewhere, and a rare name often is not.
     """
 
     target: Target
@@ -49,6 +51,7 @@ class TargetResult:
     own_article: bool
     left_out: int
     top: dict[str, str] = field(default_factory=dict)
+    reachable: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class KindScore:
     targets: int
     no_value: int  # targets whose word cannot be an answer in this index (counted as misses)
     precision: dict[str, dict[int, float | None]]  # model -> k -> P@k (None without targets)
+    reachable: int = 0  # targets whose value is stored outside their sentence in the articles searched
+    precision_reachable: dict[str, dict[int, float | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,8 +122,36 @@ def leave_out(
     return kept, dropped
 
 
+class Stored:
+    """Where each value is stored in an article, (value -> its sentences), read once per article."""
+
+    def __init__(self, searcher: Searcher) -> None:
+        self.searcher = searcher
+        self.cache: dict[str, dict[int, set[int]]] = {}
+
+    def sentences(self, article_id: str) -> dict[int, set[int]]:
+        if article_id not in self.cache:
+            meta, encoder = self.searcher.backend.meta(), self.searcher.encoder
+            texts = article_sentences(self.searcher.backend, article_id)
+            table = make_row_table([texts], encoder, meta.mask_policy, meta.max_length)
+            found: dict[int, set[int]] = {}
+            for value, sentence in zip(table.token_id.tolist(), table.sentence.tolist()):
+                found.setdefault(value, set()).add(sentence)
+            self.cache[article_id] = found
+        return self.cache[article_id]
+
+    def reachable(self, value: int | None, target: Target, article_ids: Sequence[str]) -> bool:
+        if value is None:
+            return False
+        for aid in article_ids:
+            held = self.sentences(aid).get(value, set())
+            if held - ({target.sentence_id} if aid == target.article_id else set()):
+                return True
+        return False
+
+
 def score_targets(
-    searcher: Searcher, targets: Sequence[Target], config: Config
+    searcher: Searcher, targets: Sequence[Target], config: Config, stored: Stored | None = None
 ) -> tuple[list[TargetResult], int]:
     """Rank each target's word with every model the searcher has; also count own articles missed."""
     top = max(CLOZE_KS)
@@ -131,6 +164,7 @@ def score_targets(
         searcher.backend.ensure_contexts(searched)  # no plan: every context of them (exact answers)
     states, p_bert = searcher.encode(questions)
     rows: Sequence[np.ndarray | None] = p_bert if p_bert is not None else [None] * len(targets)
+    stored = stored or Stored(searcher)
     out, missed = [], 0
     for target, state, pb, hits in zip(targets, states, rows, found):
         own = hits is None or any(h.id == target.article_id for h in hits)
@@ -146,7 +180,9 @@ def score_targets(
         words = searcher.words(sorted({ids[0] for ids in ranked.values() if ids}), nb)
         ranks = {m: (ids.index(value) + 1 if value in ids else None) for m, ids in ranked.items()}
         first = {m: words[ids[0]][0] for m, ids in ranked.items() if ids}
-        out.append(TargetResult(target, value, ranks, own, dropped, first))
+        searched_ids = sorted({nb.article_ids[r] for r in range(len(nb))} | {h.id for h in hits or []})
+        reach = stored.reachable(value, target, searched_ids)
+        out.append(TargetResult(target, value, ranks, own, dropped, first, reach))
     return out, missed
 
 
@@ -155,15 +191,25 @@ def summarize(results: Sequence[TargetResult], models: Sequence[str]) -> list[Ki
     scores = []
     for kind in KINDS:
         rows = [r for r in results if r.target.kind == kind]
-        precision: dict[str, dict[int, float | None]] = {}
-        for m in models:
-            ranks = [r.ranks.get(m) for r in rows]
-            precision[m] = {
-                k: (sum(rank is not None and rank <= k for rank in ranks) / len(rows) if rows else None)
-                for k in CLOZE_KS
-            }
-        scores.append(KindScore(kind, len(rows), sum(r.value is None for r in rows), precision))
+        reach = [r for r in rows if r.reachable]
+        no_value = sum(r.value is None for r in rows)
+        scores.append(
+            KindScore(
+                kind, len(rows), no_value, _precision(rows, models), len(reach), _precision(reach, models)
+            )
+        )
     return scores
+
+
+def _precision(rows: Sequence[TargetResult], models: Sequence[str]) -> dict[str, dict[int, float | None]]:
+    precision: dict[str, dict[int, float | None]] = {}
+    for m in models:
+        ranks = [r.ranks.get(m) for r in rows]
+        precision[m] = {
+            k: (sum(rank is not None and rank <= k for rank in ranks) / len(rows) if rows else None)
+            for k in CLOZE_KS
+        }
+    return precision
 
 
 def cloze(
@@ -205,10 +251,11 @@ def cloze(
     size = batch_size or config.batch_for(searcher.encoder.placement.device.type)
     results: list[TargetResult] = []
     missed = 0
+    stored = Stored(searcher)
     with tqdm(total=len(sample.targets), disable=not progress, desc="cloze") as bar:
         for lo in range(0, len(sample.targets), size):
             batch = sample.targets[lo : lo + size]
-            done, lost = score_targets(searcher, batch, config)
+            done, lost = score_targets(searcher, batch, config, stored)
             results.extend(done)
             missed += lost
             bar.update(len(batch))
@@ -244,6 +291,8 @@ def cloze_json(result: ClozeResult) -> dict[str, object]:
                 "targets": s.targets,
                 "no_value": s.no_value,
                 **{f"P@{k}": {m: p[k] for m, p in s.precision.items()} for k in CLOZE_KS},
+                "reachable": s.reachable,
+                **{f"reachable_P@{k}": {m: p[k] for m, p in s.precision_reachable.items()} for k in CLOZE_KS},
             }
             for s in result.scores
         },
@@ -253,19 +302,24 @@ def cloze_json(result: ClozeResult) -> dict[str, object]:
 def render_cloze(result: ClozeResult) -> str:
     """A Markdown table: a row per kind of target, P@1 and P@10 per model, then the counts."""
     head = ["target", "n", "no value", *(f"{m} P@{k}" for m in result.models for k in CLOZE_KS)]
+    head += ["reachable", *(f"{m} P@1 of reachable" for m in result.models)]
     lines = [f"| {' | '.join(head)} |", f"|{'---|' * len(head)}"]
     for s in result.scores:
-        cells = [
-            "–" if s.precision[m][k] is None else f"{100 * s.precision[m][k]:.1f}"  # type: ignore[operator]
-            for m in result.models
-            for k in CLOZE_KS
-        ]
+        cells = [_percent(s.precision[m][k]) for m in result.models for k in CLOZE_KS]
+        cells.append(str(s.reachable))
+        cells += [_percent(s.precision_reachable[m][1]) for m in result.models]
         name = "single wordpiece" if s.kind == KINDS[0] else "several wordpieces"
         lines.append(f"| {name} | {s.targets} | {s.no_value} | {' | '.join(cells)} |")
     sample = result.sample
     lines.append("")
     lines.append(
         f"mask policy {result.mask_policy}; {sample.articles} articles, {sample.sentences} sentences read;"
-        f" {sample.too_long} words too long to ask; own article not retrieved for {result.own_article_missed}"
+        f" {sample.too_long} words too long to ask;"
+        f" own article not retrieved for {result.own_article_missed};"
+        " reachable: the word is stored outside its sentence in the articles searched (kNN's ceiling)"
     )
     return "\n".join(lines)
+
+
+def _percent(p: float | None) -> str:
+    return "–" if p is None else f"{100 * p:.1f}"

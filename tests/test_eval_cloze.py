@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -99,6 +100,36 @@ def test_single_wordpiece_counts_words_of_several_as_misses(results: dict[str, C
     assert all(p == {1: 0.0, 10: 0.0} for p in multi.precision.values())
     single = next(s for s in results["single-wordpiece"].scores if s.kind == "single")
     assert single.targets == 5 and single.no_value == 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_reachable_means_the_value_is_stored_outside_the_sentence(
+    indexes: dict[str, Config], results: dict[str, ClozeResult], policy: str
+) -> None:
+    """A target is reachable exactly when some context of the articles searched, not of its own
+    sentence, holds its value: checked against every context the store returns."""
+    searcher = Searcher.open(indexes[policy])
+    try:
+        for r in results[policy].results:
+            t = r.target
+            hits = [h.id for h in searcher.retrieve(Question(t.question, t.title))]
+            every = searcher.backend.knn(np.zeros(searcher.encoder.dim, np.float32), 10_000, hits)
+            elsewhere = any(
+                int(every.token_ids[i]) == r.value
+                and (every.article_ids[i], int(every.sentence_ids[i])) != (t.article_id, t.sentence_id)
+                for i in range(len(every))
+            )
+            assert r.reachable == elsewhere, t
+            if not r.reachable:
+                assert r.ranks.get("knn") is None  # kNN cannot name it
+    finally:
+        searcher.close()
+    for score in results[policy].scores:
+        assert score.reachable == sum(
+            r.reachable and r.target.kind == score.kind for r in results[policy].results
+        )
+    multi = next(s for s in results[policy].scores if s.kind == "multi")
+    assert (multi.reachable > 0) == (policy == "whole-word")
 
 
 def test_a_lazy_index_answers_as_the_eager_one(results: dict[str, ClozeResult]) -> None:
