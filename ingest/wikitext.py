@@ -22,6 +22,7 @@ _MARKUP_JUNK = re.compile(r"\{\||\||!\s|!!|\}\}|\[\[")  # leftovers of rows and 
 _EMPTY_PARENS = re.compile(r"\(\s*(?:[,;:]\s*)*\)")  # "()" and "(; )" are what dropped templates leave behind
 _LEADING_SEPARATORS = re.compile(r"\(\s*(?:[,;:]\s*)+")
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
+_ALNUM = re.compile(r"[^\W_]")  # what str.isalnum accepts: re's \w is it or "_"
 _SENTENCE_END = re.compile(r"[.!?][\"')\]”’]*$")
 _MIN_ITEM_WORDS = 6
 # Templates that stand for words inside a sentence. Dropped like the others, they left gaps that then showed
@@ -59,9 +60,14 @@ def wikitext_to_text(wikitext: str) -> str:
     """
     lines = []
     for raw in _stripped(_COMMENTS_AND_REFS.sub("", wikitext)).split("\n"):
-        line = _EMPTY_PARENS.sub("", _MAGIC_WORD.sub(" ", raw.replace(_LIST_MARK, " ")))
-        line = " ".join(_LEADING_SEPARATORS.sub("(", line).split())
-        if not any(char.isalnum() for char in line) or _MARKUP_JUNK.match(line):
+        line = raw.replace(_LIST_MARK, " ")
+        # The tests skip the substitutions that could not match: most lines hold no "__" and no "(".
+        if "__" in line:
+            line = _MAGIC_WORD.sub(" ", line)
+        if "(" in line:
+            line = _LEADING_SEPARATORS.sub("(", _EMPTY_PARENS.sub("", line))
+        line = " ".join(line.split())
+        if not _ALNUM.search(line) or _MARKUP_JUNK.match(line):
             continue
         if raw.lstrip().startswith(_LIST_MARK) and not _reads_as_sentence(line):
             continue
@@ -216,6 +222,14 @@ def _spans(tokens: list[tk.Token]) -> list[int] | None:
     return None if stack else ends
 
 
+def _collapse(text: str) -> str:
+    """strip_code's ``collapse``, which it applies at every level of the tree."""
+    text = text.strip("\n")
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
+
+
 class _Unusual(Exception):
     """Tokens the builder would not make a tree of: left to it, to fail as it does."""
 
@@ -251,10 +265,7 @@ class _TokenStrip:
                 if shown:
                     parts.append(shown)
             i = end + 1
-        stripped = "".join(parts).strip("\n")  # strip_code's collapse, at every level as there
-        while "\n\n\n" in stripped:
-            stripped = stripped.replace("\n\n\n", "\n\n")
-        return stripped
+        return _collapse("".join(parts))
 
     def _node(self, kind: type, i: int, end: int) -> str | None:
         if kind is tk.TemplateOpen:
@@ -304,6 +315,12 @@ class _TokenStrip:
         return None
 
     def _wikilink(self, i: int, end: int) -> str | None:
+        tokens = self.tokens
+        if end == i + 2 and type(tokens[i + 1]) is tk.Text:  # [[title]], most links: the general path, short
+            title = tokens[i + 1]["text"]
+            if _HIDDEN_LINK.match(title) or _INTERLANGUAGE.match(title):
+                return None
+            return _collapse(title)
         sep = self._separator(i + 1, end, tk.WikilinkSeparator)
         title_end = end if sep is None else sep
         title = self._plain_text(i + 1, title_end, ())
