@@ -61,7 +61,7 @@ def wikitext_to_text(wikitext: str) -> str:
     lines = []
     for raw in _stripped(_COMMENTS_AND_REFS.sub("", wikitext)).split("\n"):
         line = raw.replace(_LIST_MARK, " ")
-        # The tests skip the substitutions that could not match: most lines hold no "__" and no "(".
+        # Most lines hold no "__" and no "(": the checks skip substitutions that could not match.
         if "__" in line:
             line = _MAGIC_WORD.sub(" ", line)
         if "(" in line:
@@ -79,7 +79,7 @@ def _stripped(wikitext: str) -> str:
     """``strip_code(normalize=True, collapse=True)`` of the page parsed and pruned (``_prune``).
 
     Made from mwparserfromhell's tokens (``_TokenStrip``) without building its node tree: building
-    the tree was 80% of the time and most of it was templates and tags that are then dropped whole.
+    and pruning the tree was 80% of the time, most of it on templates and tags that are then dropped.
     """
     tokens = Parser()._tokenizer.tokenize(wikitext, 0, False)  # what mwparserfromhell.parse builds from
     spans = _spans(tokens)
@@ -265,7 +265,8 @@ class _TokenStrip:
                 if shown:
                     parts.append(shown)
             i = end + 1
-        return _collapse("".join(parts))
+        text = "".join(parts)
+        return _collapse(text) if "\n" in text else text  # most parts (a link's text) hold no newline
 
     def _node(self, kind: type, i: int, end: int) -> str | None:
         if kind is tk.TemplateOpen:
@@ -320,7 +321,7 @@ class _TokenStrip:
             title = tokens[i + 1]["text"]
             if _HIDDEN_LINK.match(title) or _INTERLANGUAGE.match(title):
                 return None
-            return _collapse(title)
+            return _collapse(title) if "\n" in title else title
         sep = self._separator(i + 1, end, tk.WikilinkSeparator)
         title_end = end if sep is None else sep
         title = self._plain_text(i + 1, title_end, ())
