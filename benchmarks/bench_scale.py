@@ -13,6 +13,13 @@ Three parts, each on its own flag:
   and two tantivy threads), the per-core rates a many-core machine's rate is estimated from.
 - ``--xml``: the MediaWiki XML path (mwparserfromhell markup stripping) in characters/s on one core and
   on every core (a process pool over pages).
+- ``--xml-stages DUMP``: each stage of preparing an XML dump's articles on one core (reading, markup
+  stripping, fingerprints, IR field texts), in MB/s of the dump.
+- ``--race DUMP``: ``ingest wiki DUMP --contexts lazy --workers N`` (this checkout and, with
+  ``--baseline-cli``, another one's) against WikiExtractor (``--no-templates --processes N``; needs
+  ``pip install wikiextractor``, benchmark-only) on the same plain XML, interleaved, wall time in MB/s.
+  ``--repeat-dump COPIES OUT`` writes such a dump: the enwiki fragment's pages repeated, each copy with
+  its own titles and ids.
 
 The generated corpus has Wikipedia's shape, not its words: article lengths are lognormal with median
 250 and mean 500 words (English Wikipedia: about 6.7M articles and 20G characters of clean text, about
@@ -21,6 +28,8 @@ words drawn Zipf-Mandelbrot (exponent 1) from a 300,000-word vocabulary.
 
     python benchmarks/bench_scale.py --articles 10000 100000 --out benchmarks/results/scale-cpu.json
     python benchmarks/bench_scale.py --splitters --xml --out benchmarks/results/text-cpu.json
+    python benchmarks/bench_scale.py --repeat-dump 34 /tmp/bertknn-xml/big.xml
+    python benchmarks/bench_scale.py --race /tmp/bertknn-xml/big.xml --race-workers 1 2
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -346,6 +356,120 @@ def xml_path(processes: int) -> dict[str, Any]:
     }
 
 
+def repeat_dump(copies: int, out: Path) -> None:
+    """The enwiki fragment's pages ``copies`` times as plain XML: copy c > 0 as "T (c)", id + c * 10^7."""
+    import bz2
+    import re
+
+    with bz2.open(ENWIKI) as f:
+        dump = f.read().decode("utf-8")
+    head, _, rest = dump.partition("  <page>")
+    body, _, tail = ("  <page>" + rest).rpartition("</page>")
+    pages = re.findall(r"  <page>.*?</page>", body + "</page>", re.S)
+    with out.open("w", encoding="utf-8") as f:
+        f.write(head)
+        for copy in range(copies):
+            for page in pages:
+                if copy:
+                    page = re.sub(r"<title>(.*?)</title>", rf"<title>\1 ({copy})</title>", page, count=1)
+                    page = re.sub(
+                        r"(</ns>\s*<id>)(\d+)(</id>)",
+                        lambda m, c=copy: f"{m[1]}{int(m[2]) + c * 10_000_000}{m[3]}",
+                        page,
+                        count=1,
+                    )
+                f.write(page + "\n")
+        f.write(tail)
+
+
+def xml_stages(dump: Path) -> dict[str, Any]:
+    """Seconds and MB/s of the dump for each stage of a lazy ingest's text preparation, on one core."""
+    from bertknn_search.backends.article_index import field_texts
+    from bertknn_search.ingest.prepare import article_fingerprint
+    from bertknn_search.ingest.readers import finish, read_records
+
+    size = dump.stat().st_size
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    records = list(read_records(dump))
+    seconds["read (expat)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    articles = [finish(r) for r in records]
+    seconds["markup (wikitext_to_text)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for a in articles:
+        article_fingerprint(a, ("model", "11", "single-wordpiece", "512"))
+    seconds["fingerprint"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for a in articles:
+        field_texts(a.title, a.text)
+    seconds["ir field texts"] = time.perf_counter() - t0
+    prepare = sum(v for k, v in seconds.items() if k != "read (expat)")
+    return {
+        "dump_mb": size / 1e6,
+        "articles": len(articles),
+        "text_mb": sum(len(a.text) for a in articles) / 1e6,
+        "seconds": seconds,
+        "mb_per_s": {k: size / 1e6 / v for k, v in seconds.items()} | {"prepare (all)": size / 1e6 / prepare},
+    }
+
+
+def race(dump: Path, workers: list[int], repeats: int, baseline: str | None, work: Path) -> dict[str, Any]:
+    """Wall time of our lazy ingest and of WikiExtractor on ``dump``, interleaved run by run."""
+    model = build_model("tiny")  # loaded once per ingest and never run
+    size = dump.stat().st_size
+    ours = [sys.executable, "-m", "bertknn_search"]
+    commands = {"this checkout": ours, **({"baseline": [baseline]} if baseline else {})}
+    runs: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for n in workers:
+            for name, cli in commands.items():
+                out = work / "race-index"
+                args = ["ingest", "wiki", str(dump), "--contexts", "lazy", "--workers", str(n)]
+                args += ["--model", str(model), "--index", str(out), "--no-progress"]
+                wall, used = _timed_run([*cli, *args], out)
+                runs.setdefault(f"{name}/{n}", []).append(wall)
+                cpu.setdefault(f"{name}/{n}", []).append(used)
+            we = [sys.executable, "-m", "wikiextractor.WikiExtractor", "--no-templates", "-q"]
+            out = work / "race-wikiextractor"
+            we += ["--processes", str(n), "-o", str(out), str(dump)]
+            wall, used = _timed_run(we, out)
+            runs.setdefault(f"wikiextractor/{n}", []).append(wall)
+            cpu.setdefault(f"wikiextractor/{n}", []).append(used)
+            print(json.dumps({k: v[-1] for k, v in runs.items()}), file=sys.stderr)
+    rates = {k: size / 1e6 / min(v) for k, v in runs.items()}  # each one's best run: the least disturbed
+    ratios = {
+        k: rates[k] / rates[f"wikiextractor/{k.rpartition('/')[2]}"]
+        for k in rates
+        if not k.startswith("wikiextractor")
+    }
+    # CPU seconds of all its processes: on a shared machine the wall time also measures the others' load.
+    cpu_rates = {k: size / 1e6 / min(v) for k, v in cpu.items()}
+    cpu_ratios = {k: cpu_rates[k] / cpu_rates[f"wikiextractor/{k.rpartition('/')[2]}"] for k in ratios}
+    return {
+        "dump_mb": size / 1e6,
+        "seconds": runs,
+        "cpu_seconds": cpu,
+        "mb_per_s": rates,
+        "vs_wikiextractor": ratios,
+        "mb_per_cpu_s": cpu_rates,
+        "vs_wikiextractor_per_cpu_s": cpu_ratios,
+    }
+
+
+def _timed_run(command: list[str], out: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user and system, the command's processes all together)."""
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -369,6 +493,12 @@ def main() -> None:
     parser.add_argument("--stages", action="store_true", help="per-core rates of each text-pass stage")
     parser.add_argument("--stage-articles", type=int, default=32_000)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="for --xml")
+    parser.add_argument("--xml-stages", type=Path, metavar="DUMP", help="plain or compressed XML dump")
+    parser.add_argument("--race", type=Path, metavar="DUMP", help="plain XML dump (see --repeat-dump)")
+    parser.add_argument("--race-workers", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--race-repeats", type=int, default=1)
+    parser.add_argument("--baseline-cli", help="another checkout's bertknn-search executable to race too")
+    parser.add_argument("--repeat-dump", nargs=2, metavar=("COPIES", "OUT"))
     parser.add_argument("--work", type=Path, help="corpora and indexes (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the indexes")
     parser.add_argument("--seed", type=int, default=0)
@@ -383,7 +513,17 @@ def main() -> None:
         results["stages"] = stage_rates(work, args.stage_articles, args.seed)
     if args.xml:
         results["xml"] = xml_path(args.processes)
-    if args.articles and not (args.splitters or args.xml or args.stages):
+    if args.repeat_dump:
+        repeat_dump(int(args.repeat_dump[0]), Path(args.repeat_dump[1]))
+        return
+    if args.xml_stages:
+        results["xml_stages"] = xml_stages(args.xml_stages)
+    if args.race:
+        work = args.work or Path(tempfile.mkdtemp(prefix="bench-race-"))
+        work.mkdir(parents=True, exist_ok=True)
+        results["race"] = race(args.race, args.race_workers, args.race_repeats, args.baseline_cli, work)
+    special = args.splitters or args.xml or args.stages or args.xml_stages or args.race
+    if args.articles and not special:
         work = args.work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
         work.mkdir(parents=True, exist_ok=True)
         results["sizes"] = run_sizes(args, work)

@@ -23,9 +23,15 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from bertknn_search.ingest.readers import Record, finish
+from bertknn_search.errors import InputFormatError
+from bertknn_search.ingest.readers import Record, finish, record_size
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article
+
+# A worker's unit of work: a chunk (what one write holds, up to 48M characters in a lazy ingest) is
+# prepared in parts of about this much text, so that all workers share a chunk, a corpus of one chunk is
+# prepared in parallel too, and no worker idles while the last chunk is prepared by one.
+PART_CHARS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,7 @@ class TextPool:
     """Prepares chunks of records in ``workers`` processes, a bounded number ahead, in input order.
 
     With ``workers`` 0 the chunks are prepared in this process, one at a time, as they are asked for.
-    The processes start with the second chunk, so a corpus of one chunk never pays for starting them.
+    The processes start with the second part, so a corpus of one part never pays for starting them.
     """
 
     def __init__(self, workers: int) -> None:
@@ -113,41 +119,73 @@ class TextPool:
     def map(self, chunks: Iterable[Sequence[Record]], spec: TextSpec) -> Iterator[list[PreparedArticle]]:
         """The prepared chunks, in order; a chunk's error is raised where that chunk would come.
 
-        Reading (``chunks``) happens on the calling thread, at most ``2 * workers`` chunks ahead.
+        Reading (``chunks``) happens on the calling thread, at most ``2 * workers`` chunks ahead; each
+        chunk goes to the workers in parts (``PART_CHARS``).
         """
         source = iter(chunks)
         first = next(source, None)
         if first is None:
             return
         second = next(source, None)
-        if self.workers <= 0 or second is None:
+        if self.workers <= 0 or (second is None and len(_parts(first)) == 1):
             for chunk in [first] if second is None else _chain(first, second, source):
                 yield prepare(chunk, spec)
             return
         executor = self._start()
-        ahead: deque[tuple[Sequence[Record], Future[list[PreparedArticle]] | None]] = deque()
-        for chunk in _chain(first, second, source):
-            future = None
-            if not self._broken:
-                try:
-                    future = executor.submit(prepare, chunk, spec)
-                except BrokenProcessPool:
-                    self._broke()
-            ahead.append((chunk, future))
+        ahead: deque[list[tuple[Sequence[Record], Future[list[PreparedArticle]] | None]]] = deque()
+        for chunk in [first] if second is None else _chain(first, second, source):
+            ahead.append([(part, self._submit(executor, part, spec)) for part in _parts(chunk)])
             while len(ahead) >= 2 * self.workers or (ahead and self._broken):
-                yield self._result(*ahead.popleft(), spec)
+                yield self._chunk(ahead.popleft(), spec)
         while ahead:
-            yield self._result(*ahead.popleft(), spec)
+            yield self._chunk(ahead.popleft(), spec)
+
+    def _chunk(
+        self, parts: list[tuple[Sequence[Record], Future[list[PreparedArticle]] | None]], spec: TextSpec
+    ) -> list[PreparedArticle]:
+        """A chunk's prepared articles, once its parts are; the first part's error in order is raised.
+
+        Parts no worker has started yet are prepared here, last first, while the workers go on from
+        the first: this thread would only wait for them (the writer has nothing to write until this
+        chunk is ready, in a lazy ingest the longest wait: one write is up to 48M characters).
+        """
+        here: dict[int, list[PreparedArticle] | InputFormatError] = {}
+        for k in range(len(parts) - 1, 0, -1) if len(parts) > 1 else ():
+            part, future = parts[k]
+            if future is None or not future.cancel():
+                break  # started (workers take parts in order): so are all before it
+            try:
+                here[k] = prepare(part, spec)
+            except InputFormatError as exc:
+                here[k] = exc
+        out: list[PreparedArticle] = []
+        for k, (part, future) in enumerate(parts):
+            done = here[k] if k in here else self._result(part, future, spec)
+            if isinstance(done, InputFormatError):
+                raise done
+            out.extend(done)
+        return out
+
+    def _submit(
+        self, executor: ProcessPoolExecutor, part: Sequence[Record], spec: TextSpec
+    ) -> Future[list[PreparedArticle]] | None:
+        if self._broken:
+            return None
+        try:
+            return executor.submit(prepare, part, spec)
+        except BrokenProcessPool:
+            self._broke()
+            return None
 
     def _result(
-        self, chunk: Sequence[Record], future: Future[list[PreparedArticle]] | None, spec: TextSpec
+        self, part: Sequence[Record], future: Future[list[PreparedArticle]] | None, spec: TextSpec
     ) -> list[PreparedArticle]:
         if future is not None and not self._broken:
             try:
                 return future.result()
             except BrokenProcessPool:
                 self._broke()
-        return prepare(chunk, spec)
+        return prepare(part, spec)
 
     def _broke(self) -> None:
         # A worker died: out of memory, or, most often, it could not start because it ran the parent's
@@ -178,6 +216,20 @@ class TextPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _parts(chunk: Sequence[Record]) -> list[Sequence[Record]]:
+    """The chunk cut, in order, into parts of about ``PART_CHARS`` characters (at least one record each)."""
+    parts: list[Sequence[Record]] = []
+    start = size = 0
+    for i, record in enumerate(chunk):
+        size += record_size(record)
+        if size >= PART_CHARS:
+            parts.append(chunk[start : i + 1])
+            start, size = i + 1, 0
+    if start < len(chunk) or not parts:
+        parts.append(chunk[start:])
+    return parts
 
 
 def _chain(first: Sequence[Record], second: Sequence[Record], rest: Iterator[Sequence[Record]]) -> Iterator:

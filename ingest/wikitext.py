@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 
-import mwparserfromhell
+from mwparserfromhell.definitions import is_visible
 from mwparserfromhell.nodes import Argument, Comment, Heading, Node, Tag, Template, Text, Wikilink
+from mwparserfromhell.parser import Parser
+from mwparserfromhell.parser import tokens as tk
+from mwparserfromhell.parser.builder import Builder
 from mwparserfromhell.wikicode import Wikicode
 
 # MediaWiki itself drops comments and ends a <ref> at the first </ref>, so a regex pass is faithful here,
@@ -19,6 +22,7 @@ _MARKUP_JUNK = re.compile(r"\{\||\||!\s|!!|\}\}|\[\[")  # leftovers of rows and 
 _EMPTY_PARENS = re.compile(r"\(\s*(?:[,;:]\s*)*\)")  # "()" and "(; )" are what dropped templates leave behind
 _LEADING_SEPARATORS = re.compile(r"\(\s*(?:[,;:]\s*)+")
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
+_ALNUM = re.compile(r"[^\W_]")  # what str.isalnum accepts: re's \w is it or "_"
 _SENTENCE_END = re.compile(r"[.!?][\"')\]”’]*$")
 _MIN_ITEM_WORDS = 6
 # Templates that stand for words inside a sentence. Dropped like the others, they left gaps that then showed
@@ -54,18 +58,44 @@ def wikitext_to_text(wikitext: str) -> str:
     Returns:
         One paragraph per line, whitespace collapsed inside lines; "" when nothing is left.
     """
-    code = mwparserfromhell.parse(_COMMENTS_AND_REFS.sub("", wikitext))
-    _prune(code)
     lines = []
-    for raw in code.strip_code(normalize=True, collapse=True).split("\n"):
-        line = _EMPTY_PARENS.sub("", _MAGIC_WORD.sub(" ", raw.replace(_LIST_MARK, " ")))
-        line = " ".join(_LEADING_SEPARATORS.sub("(", line).split())
-        if not any(char.isalnum() for char in line) or _MARKUP_JUNK.match(line):
+    for raw in _stripped(_COMMENTS_AND_REFS.sub("", wikitext)).split("\n"):
+        line = raw.replace(_LIST_MARK, " ")
+        # Most lines hold no "__" and no "(": the checks skip substitutions that could not match.
+        if "__" in line:
+            line = _MAGIC_WORD.sub(" ", line)
+        if "(" in line:
+            line = _LEADING_SEPARATORS.sub("(", _EMPTY_PARENS.sub("", line))
+        line = " ".join(line.split())
+        if not _ALNUM.search(line) or _MARKUP_JUNK.match(line):
             continue
         if raw.lstrip().startswith(_LIST_MARK) and not _reads_as_sentence(line):
             continue
         lines.append(line)
     return "\n".join(lines)
+
+
+def _stripped(wikitext: str) -> str:
+    """``strip_code(normalize=True, collapse=True)`` of the page parsed and pruned (``_prune``).
+
+    Made from mwparserfromhell's tokens (``_TokenStrip``) without building its node tree: building
+    and pruning the tree was 80% of the time, most of it on templates and tags that are then dropped.
+    """
+    tokens = Parser()._tokenizer.tokenize(wikitext, 0, False)  # what mwparserfromhell.parse builds from
+    spans = _spans(tokens)
+    try:
+        if spans is not None:
+            return _TokenStrip(tokens, spans).code(0, len(tokens))
+    except _Unusual:
+        pass
+    # Never seen from the tokenizer: the tree path does what it always did (a ParserError, most likely).
+    return _strip_nodes(Builder().build(tokens))
+
+
+def _strip_nodes(code: Wikicode) -> str:
+    """The reference: the tree pruned, then stripped by mwparserfromhell (what ``_TokenStrip`` equals)."""
+    _prune(code)
+    return code.strip_code(normalize=True, collapse=True)
 
 
 def _reads_as_sentence(line: str) -> bool:
@@ -132,9 +162,7 @@ def _inline_template(template: Template) -> str | None:
 
 def _plain(value: Wikicode) -> str:
     """A template argument as text: nested templates rendered or dropped as in the page's own text."""
-    code = mwparserfromhell.parse(str(value))
-    _prune(code)
-    return " ".join(code.strip_code(normalize=True, collapse=True).split())
+    return " ".join(_stripped(str(value)).split())
 
 
 def _convert(args: list[str]) -> str:
@@ -158,3 +186,184 @@ def _date(args: list[str]) -> str | None:
         return year
     month = _MONTHS[int(rest[0]) - 1]
     return f"{int(rest[1])} {month} {year}" if len(rest) > 1 else f"{month} {year}"
+
+
+# Each construct's opening token and the tokens that can close it (the builder's pairs).
+_CLOSES: dict[type, tuple[type, ...]] = {
+    tk.TemplateOpen: (tk.TemplateClose,),
+    tk.ArgumentOpen: (tk.ArgumentClose,),
+    tk.WikilinkOpen: (tk.WikilinkClose,),
+    tk.ExternalLinkOpen: (tk.ExternalLinkClose,),
+    tk.HTMLEntityStart: (tk.HTMLEntityEnd,),
+    tk.HeadingStart: (tk.HeadingEnd,),
+    tk.CommentStart: (tk.CommentEnd,),
+    tk.TagOpenOpen: (tk.TagCloseSelfclose, tk.TagCloseClose),
+}
+_CLOSERS = frozenset(c for closes in _CLOSES.values() for c in closes)
+_DROPPED = frozenset({tk.ArgumentOpen, tk.CommentStart, tk.HeadingStart})  # as ``_prune`` drops them
+_TEMPLATE_END = (tk.TemplateParamSeparator, tk.TemplateClose)
+_TAG_NAME_END = (tk.TagAttrStart, tk.TagCloseOpen, tk.TagCloseSelfclose)
+
+
+def _spans(tokens: list[tk.Token]) -> list[int] | None:
+    """For each opening token, the index of the token that closes it; None if they do not pair up."""
+    ends = [0] * len(tokens)
+    stack: list[int] = []
+    for i, token in enumerate(tokens):
+        kind = type(token)
+        if kind is tk.Text:
+            continue
+        if kind in _CLOSES:
+            stack.append(i)
+        elif kind in _CLOSERS:
+            if not stack or kind not in _CLOSES[type(tokens[stack[-1]])]:
+                return None
+            ends[stack.pop()] = i
+    return None if stack else ends
+
+
+def _collapse(text: str) -> str:
+    """strip_code's ``collapse``, which it applies at every level of the tree."""
+    text = text.strip("\n")
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
+
+
+class _Unusual(Exception):
+    """Tokens the builder would not make a tree of: left to it, to fail as it does."""
+
+
+class _TokenStrip:
+    """``_strip_nodes`` computed over a token list: each construct's stripped text from its tokens.
+
+    ``code(lo, hi)`` is ``strip_code`` of the node list the builder makes of ``tokens[lo:hi]``, pruned:
+    the stripped, non-empty text of each node joined, then collapsed. A node is built as a tree only
+    where its text needs one (an inline template, a name or title that is not plain text).
+    """
+
+    def __init__(self, tokens: list[tk.Token], ends: list[int]) -> None:
+        self.tokens = tokens
+        self.ends = ends
+
+    def code(self, lo: int, hi: int) -> str:
+        tokens, ends = self.tokens, self.ends
+        parts = []
+        i = lo
+        while i < hi:
+            token = tokens[i]
+            kind = type(token)
+            if kind is tk.Text:
+                parts.append(token["text"])
+                i += 1
+                continue
+            if kind not in _CLOSES:
+                raise _Unusual  # a separator outside its construct: the builder rejects such tokens
+            end = ends[i]
+            if kind not in _DROPPED:
+                shown = self._node(kind, i, end)
+                if shown:
+                    parts.append(shown)
+            i = end + 1
+        text = "".join(parts)
+        return _collapse(text) if "\n" in text else text  # most parts (a link's text) hold no newline
+
+    def _node(self, kind: type, i: int, end: int) -> str | None:
+        if kind is tk.TemplateOpen:
+            name = self._plain_text(i + 1, end, _TEMPLATE_END)
+            if name is not None:
+                name = " ".join(name.replace("_", " ").split()).lower()
+                if name not in _SYMBOLS and name not in _INLINE:
+                    return None
+            return self._built(i, end)
+        if kind is tk.WikilinkOpen:
+            return self._wikilink(i, end)
+        if kind is tk.TagOpenOpen:
+            return self._tag(i, end)
+        if kind is tk.ExternalLinkOpen:
+            return self._external_link(i, end)
+        if kind is tk.HTMLEntityStart:
+            return self._built(i, end)
+        raise _Unusual
+
+    def _plain_text(self, lo: int, hi: int, stops: tuple[type, ...]) -> str | None:
+        """The text of ``tokens[lo:]`` up to the first of ``stops`` (or ``hi``); None unless all Text."""
+        tokens = self.tokens
+        parts = []
+        for i in range(lo, hi):
+            kind = type(tokens[i])
+            if kind is tk.Text:
+                parts.append(tokens[i]["text"])
+            elif kind in stops:
+                break
+            else:
+                return None
+        return "".join(parts)
+
+    def _source(self, lo: int, hi: int) -> str:
+        """``str()`` of the node list of ``tokens[lo:hi]``: its wikitext as written."""
+        return str(Builder().build(list(self.tokens[lo:hi])))
+
+    def _separator(self, lo: int, hi: int, separator: type) -> int | None:
+        """Index of the first ``separator`` among ``tokens[lo:hi]`` outside nested constructs."""
+        tokens, ends = self.tokens, self.ends
+        i = lo
+        while i < hi:
+            kind = type(tokens[i])
+            if kind is separator:
+                return i
+            i = ends[i] + 1 if kind in _CLOSES else i + 1
+        return None
+
+    def _wikilink(self, i: int, end: int) -> str | None:
+        tokens = self.tokens
+        if end == i + 2 and type(tokens[i + 1]) is tk.Text:  # [[title]], most links: the general path, short
+            title = tokens[i + 1]["text"]
+            if _HIDDEN_LINK.match(title) or _INTERLANGUAGE.match(title):
+                return None
+            return _collapse(title) if "\n" in title else title
+        sep = self._separator(i + 1, end, tk.WikilinkSeparator)
+        title_end = end if sep is None else sep
+        title = self._plain_text(i + 1, title_end, ())
+        if title is None:
+            title = self._source(i + 1, title_end)
+        if _HIDDEN_LINK.match(title) or (sep is None and _INTERLANGUAGE.match(title)):
+            return None
+        return self.code(i + 1, end) if sep is None else self.code(sep + 1, end)
+
+    def _external_link(self, i: int, end: int) -> str | None:
+        sep = self._separator(i + 1, end, tk.ExternalLinkSeparator)
+        if not self.tokens[i].get("brackets"):
+            return self.code(i + 1, end if sep is None else sep)
+        return None if sep is None else self.code(sep + 1, end)
+
+    def _tag(self, i: int, end: int) -> str | None:
+        tokens, ends = self.tokens, self.ends
+        # The builder's order: name, attributes, then ">" contents "</" closing name ">", or "/>".
+        j = i + 1
+        while j < end and type(tokens[j]) not in _TAG_NAME_END:
+            j = ends[j] + 1 if type(tokens[j]) in _CLOSES else j + 1
+        name = self._plain_text(i + 1, j, ())
+        if name is None:
+            name = self._source(i + 1, j)
+        tag = name.strip().lower()
+        if tag in _DROPPED_TAGS:
+            return None
+        if tag == "br" or tokens[i].get("wiki_markup") in ("*", "#", ";"):
+            return " " if tag == "br" else _LIST_MARK
+        if type(tokens[end]) is tk.TagCloseSelfclose:
+            return None  # no contents
+        opened = j
+        while opened < end and type(tokens[opened]) is not tk.TagCloseOpen:
+            opened = ends[opened] + 1 if type(tokens[opened]) in _CLOSES else opened + 1
+        closed = self._separator(opened + 1, end, tk.TagOpenClose)
+        if opened >= end or closed is None:
+            return self._built(i, end)  # not the usual shape: let the builder say what it is
+        return self.code(opened + 1, closed) if is_visible(name) else None
+
+    def _built(self, i: int, end: int) -> str | None:
+        """The node of ``tokens[i:end + 1]`` built as a tree, pruned and stripped as ``_strip_nodes`` does."""
+        code = Builder().build(list(self.tokens[i : end + 1]))
+        _prune(code)
+        parts = [str(s) for node in code.nodes if (s := node.__strip__(normalize=True, collapse=True))]
+        return "".join(parts)

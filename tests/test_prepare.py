@@ -20,6 +20,7 @@ from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.errors import IndexMismatchError, InputFormatError
 from bertknn_search.ingest import pipeline
+from bertknn_search.ingest import prepare as prepare_module
 from bertknn_search.ingest.prepare import TextPool, TextSpec, prepare
 from bertknn_search.ingest.readers import finish, read_articles, read_records
 from bertknn_search.ingest.sentences import SPLITTER
@@ -80,6 +81,25 @@ def test_a_bad_record_fails_where_its_chunk_comes(tmp_path: Path) -> None:
             for chunk in pool.map(parts, SPEC):
                 done.append(chunk)
     assert [len(c) for c in done] == [10, 10]  # the chunks before the bad one, whole
+
+
+def test_a_chunk_is_prepared_by_the_workers_in_parts_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One chunk (a lazy ingest's write) of many parts: the workers share it, even when it is the only one.
+    monkeypatch.setattr(prepare_module, "PART_CHARS", 100)
+    parts = chunks(jsonl(tmp_path / "c.jsonl", 30), 30)
+    assert len(prepare_module._parts(parts[0])) > 5
+    with TextPool(2) as pool:
+        assert list(pool.map(parts, SPEC)) == [prepare(parts[0], SPEC)]
+        assert pool._executor is not None  # the workers did it
+    bad = chunks(jsonl(tmp_path / "bad.jsonl", 30, bad_line=23), 15)
+    with TextPool(2) as pool:
+        done = []
+        with pytest.raises(InputFormatError, match=r"line 23 is not JSON"):
+            for chunk in pool.map(bad, SPEC):
+                done.append(chunk)
+    assert [len(c) for c in done] == [15]  # the chunk before the bad one, whole; none of the bad one's
 
 
 def test_a_lazy_ingest_writes_its_text_in_large_transactions_with_workers(
