@@ -405,3 +405,97 @@ def test_a_failed_write_in_a_bulk_run_is_taken_out_and_the_run_goes_on(index_dir
         assert ids(backend, "farrowby") == [] and ids(backend, "sorrel") == ["4"]
     finally:
         backend.close()
+
+
+# -- the searcher a reader keeps between questions ----------------------------------------------------
+def count_reloads(backend: EmbeddedBackend, monkeypatch) -> list[None]:
+    reloads: list[None] = []
+    index = backend._ir._index
+    real = index.reload
+    monkeypatch.setattr(backend._ir, "_index", _Counting(index, lambda: (reloads.append(None), real())))
+    return reloads
+
+
+class _Counting:
+    """A tantivy index whose ``reload`` is counted (the binding's objects take no new attributes)."""
+
+    def __init__(self, index: object, reload: object) -> None:
+        self._index, self.reload = index, reload
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._index, name)
+
+
+def test_the_searcher_is_kept_until_a_write_changes_the_generation(index_dir: Path, monkeypatch) -> None:
+    build(index_dir)
+    reader = EmbeddedBackend.open(index_dir)
+    writer = EmbeddedBackend.open(index_dir)  # another process's writes, as far as the reader knows
+    try:
+        reloads = count_reloads(reader, monkeypatch)
+        assert ids(reader, "quenton") == ["1"] and ids(reader, "river") == ["2"]
+        assert len(reloads) == 1  # the second question reused the first one's searcher
+        writer.add_articles([article("3", "Farrowby", "farrowby is a village")])
+        assert ids(reader, "farrowby village") == ["3"]  # the write is seen by the very next question
+        assert len(reloads) == 2
+        writer.delete_articles(["3"])
+        assert ids(reader, "farrowby village") == [] and len(reloads) == 3
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_replaced_article_answers_once_by_its_new_text_through_a_kept_searcher(
+    index_dir: Path, monkeypatch
+) -> None:
+    build(index_dir)
+    reader = EmbeddedBackend.open(index_dir)
+    writer = EmbeddedBackend.open(index_dir)
+    real = article_index.ArticleIndex._settle
+    settles: list[None] = []
+
+    def first_left_unsettled(self: article_index.ArticleIndex, *args: object) -> None:
+        settles.append(None)
+        if len(settles) > 1:  # the first write's old documents stay, as when its writer dies
+            real(self, *args)
+
+    monkeypatch.setattr(article_index.ArticleIndex, "_settle", first_left_unsettled)
+    try:
+        assert ids(reader, "quenton town") == ["1"]  # the reader now keeps a searcher holding version 1
+        for n, text in enumerate(["quenton is a city by the sea", "quenton is a port"]):
+            writer.add_articles([article("1", "Quenton", text), article(f"x{n}", "Other", "quenton harbour")])
+            assert ids(reader, "town") == []  # the old text never answers for article 1
+            hits = reader.search_articles("quenton", 10)
+            assert sorted(h.id for h in hits) == ["1", *(f"x{i}" for i in range(n + 1))]  # each once
+            # First beside 1, 2 and x0 the old document of 1 stays; then it is gone and x1 is in.
+            assert writer._ir.documents() == 4
+        assert ids(reader, "port") == ["1"] and ids(reader, "sea") == []
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_write_settled_between_the_snapshot_and_the_searcher_answers_once(
+    index_dir: Path, monkeypatch
+) -> None:
+    """A reader's snapshot holds article 1's old version; a write replaces and settles it before the
+    reader's searcher is taken: the article is ranked by its new text, once, under its old title."""
+    build(index_dir)
+    reader = EmbeddedBackend.open(index_dir)
+    writer = EmbeddedBackend.open(index_dir)
+    real = article_index.ArticleIndex.searcher
+
+    def write_first(self: article_index.ArticleIndex, generation: str | None) -> object:
+        if self is reader._ir:
+            writer.add_articles([article("1", "Quenton City", "quenton is a city by the sea")])
+        return real(self, generation)
+
+    try:
+        monkeypatch.setattr(article_index.ArticleIndex, "searcher", write_first)
+        hits = reader.search_articles("quenton sea", 3)
+        assert [(h.id, h.title) for h in hits] == [("1", "Quenton")]  # the snapshot's title
+        assert writer._ir.documents() == 2  # the old version was settled away before the search
+        monkeypatch.setattr(article_index.ArticleIndex, "searcher", real)
+        assert [(h.id, h.title) for h in reader.search_articles("quenton", 3)] == [("1", "Quenton City")]
+    finally:
+        writer.close()
+        reader.close()
