@@ -1,8 +1,10 @@
 """ArticleIndex: the embedded backend's BM25 article search, a tantivy index beside the SQLite file.
 
 tantivy scores with Lucene's BM25 (k1 1.2, b 0.75, Lucene's one-byte length norms, idf never negative,
-and the (k1 + 1) factor of OpenSearch's default similarity) and finds the top n with block-max WAND, so a
-question does not read every posting of its terms. It indexes the project's own terms
+and the (k1 + 1) factor of OpenSearch's default similarity) and keeps the top n in a heap. Through the
+Python binding it scores every article matching a term: ``Searcher.search`` wraps its top-k collector in a
+``MultiCollector``, and tantivy's block-max WAND runs only for a top-k collector on its own
+(``benchmarks/README.md``, "Against peers"). It indexes the project's own terms
 (``bertknn_search.terms``), joined by spaces into a unigram and a bigram field that its whitespace
 tokenizer splits back, so both backends rank the same strings.
 
