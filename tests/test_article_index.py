@@ -499,3 +499,68 @@ def test_a_write_settled_between_the_snapshot_and_the_searcher_answers_once(
     finally:
         writer.close()
         reader.close()
+
+
+# -- the pruned query (frequent terms optional beside the rare ones) --------------------------------------
+def test_the_pruned_query_is_used_when_it_proves_the_top_n_and_gives_lucenes_ranking(
+    index_dir: Path, monkeypatch
+) -> None:
+    # Zipfian words, each in most articles, and in every article one of 60 rare words (5 articles each).
+    zipf = zipf_corpus(300, seed=3)
+    docs = {aid: (title, f"{text} r{int(aid) % 60}") for aid, (title, text) in zipf.items()}
+    backend = EmbeddedBackend.create(index_dir, META)
+    answers: list[bool] = []
+    real = article_index.ArticleIndex._top
+
+    def recording(self: article_index.ArticleIndex, *args: object) -> tuple[list, bool]:
+        ranked, exact = real(self, *args)
+        if args[-1] != -math.inf:
+            answers.append(exact)
+        return ranked, exact
+
+    monkeypatch.setattr(article_index.ArticleIndex, "_top", recording)
+    try:
+        backend.add_articles([article(aid, *doc) for aid, doc in docs.items()])
+        rng = random.Random(4)
+        for _ in range(40):
+            words = rng.sample([f"w{i}" for i in range(4)], 2) + rng.sample([f"r{i}" for i in range(60)], 2)
+            want = lucene_bm25(docs, " ".join(words))
+            ranked = sorted(want, key=lambda aid: (-want[aid], aid))[:5]
+            hits = backend.search_articles(" ".join(words), 5)
+            assert [h.id for h in hits] == ranked, words
+            np.testing.assert_allclose([h.score for h in hits], [want[a] for a in ranked], rtol=2e-6)
+        assert any(answers)  # the pruned query answered some questions itself
+    finally:
+        backend.close()
+
+
+def test_an_article_holding_only_frequent_terms_still_wins_through_the_whole_query(
+    index_dir: Path, monkeypatch
+) -> None:
+    """The rare term's article scores below what the frequent term alone can reach: the pruned query
+    cannot prove its top n, and the whole query finds the articles that lack the rare term."""
+    filler = " ".join(f"x{i}" for i in range(300))
+    docs = {f"{i:02d}": ("t", filler) for i in range(84)}
+    docs |= {f"c{i:02d}": ("t", f"common {filler}") for i in range(14)}  # 15 of 100 with 50: frequent
+    docs["50"] = ("t", "common common common common")  # short, only the frequent term: the best
+    docs["60"] = ("t", f"rareword {filler * 10}")  # the rare term once, in a very long text
+    backend = EmbeddedBackend.create(index_dir, META)
+    answers: list[bool] = []
+    real = article_index.ArticleIndex._top
+
+    def recording(self: article_index.ArticleIndex, *args: object) -> tuple[list, bool]:
+        ranked, exact = real(self, *args)
+        if args[-1] != -math.inf:
+            answers.append(exact)
+        return ranked, exact
+
+    monkeypatch.setattr(article_index.ArticleIndex, "_top", recording)
+    try:
+        backend.add_articles([article(aid, *doc) for aid, doc in docs.items()])
+        want = lucene_bm25(docs, "common rareword")
+        hits = backend.search_articles("common rareword", 3)
+        assert [h.id for h in hits] == sorted(want, key=lambda aid: (-want[aid], aid))[:3]
+        assert [h.id for h in hits] == ["50", "c00", "c01"]  # the pruned query alone found only 60
+        assert answers == [False]  # the pruned query was tried and could not prove its answer
+    finally:
+        backend.close()

@@ -1,10 +1,9 @@
 """ArticleIndex: the embedded backend's BM25 article search, a tantivy index beside the SQLite file.
 
 tantivy scores with Lucene's BM25 (k1 1.2, b 0.75, Lucene's one-byte length norms, idf never negative,
-and the (k1 + 1) factor of OpenSearch's default similarity) and keeps the top n in a heap. Through the
-Python binding it scores every article matching a term: ``Searcher.search`` wraps its top-k collector in a
-``MultiCollector``, and tantivy's block-max WAND runs only for a top-k collector on its own
-(``benchmarks/README.md``, "Against peers"). It indexes the project's own terms
+and the (k1 + 1) factor of OpenSearch's default similarity). Its Python binding scores every article
+matching a query (no block-max WAND), so a question's frequent terms are made optional beside its rare
+ones when that provably keeps the same top n (``pruning``). It indexes the project's own terms
 (``bertknn_search.terms``), joined by spaces into a unigram and a bigram field that its whitespace
 tokenizer splits back, so both backends rank the same strings.
 
@@ -30,6 +29,7 @@ SQLite stays the record of which articles exist; tantivy and SQLite have no shar
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -43,6 +43,7 @@ from pathlib import Path
 import tantivy
 from filelock import FileLock, Timeout
 
+from bertknn_search.backends.pruning import bm25_total_docs, split_query
 from bertknn_search.errors import BackendError, IndexCorruptError
 from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import BIGRAM_JOIN, document_text, tokenize
@@ -150,6 +151,7 @@ class ArticleIndex:
         self._bulk: _Bulk | None = None  # a run of writes (``bulk``) holding the lock and one writer
         # The searcher the last search took and the generation it was taken at (``searcher``).
         self._searcher: tuple[str, tantivy.Searcher] | None = None
+        self._total: tuple[tantivy.Searcher, int | None] | None = None  # ``_total_docs``
         index.config_reader("manual")  # reloaded when the generation changes (``searcher``)
 
     @classmethod
@@ -201,13 +203,30 @@ class ArticleIndex:
                 the snapshot must be taken before this call.
             generation: the snapshot's generation counter (``searcher``).
         """
-        term = self._term
-        clauses = [(SHOULD, term("unigrams", t)) for t in unigrams]
-        clauses += [(SHOULD, term("bigrams", t)) for t in bigrams]
-        if not clauses or n <= 0:
+        terms = [("unigrams", t) for t in unigrams] + [("bigrams", t) for t in bigrams]
+        if not terms or n <= 0:
             return []
-        query = tantivy.Query.boolean_query(clauses)
         searcher = self.searcher(generation)
+        total = self._total_docs(searcher)
+        split = None if total is None else split_query(searcher, terms, self._term, total)
+        if split is not None:
+            ranked, exact = self._top(searcher, split.query, n, held, split.bound)
+            if exact:
+                return ranked
+        whole = tantivy.Query.boolean_query([(SHOULD, self._term(f, t)) for f, t in terms])
+        return self._top(searcher, whole, n, held, -math.inf)[0]
+
+    def _top(
+        self,
+        searcher: tantivy.Searcher,
+        query: tantivy.Query,
+        n: int,
+        held: Callable[[list[str]], dict[str, int]],
+        bound: float,
+    ) -> tuple[list[tuple[str, float]], bool]:
+        """The top ``n`` of ``query`` among the articles ``held`` holds, and whether it is the question's
+        top ``n``: always for the whole query (``bound`` -inf), else when the n-th score is above
+        ``bound``, the most an article ``query`` misses can score."""
         limit = n + FIRST_FETCH
         while True:
             hits = searcher.search(query, limit, count=False).hits
@@ -227,8 +246,15 @@ class ArticleIndex:
             # Done when every match was fetched, or the n-th score beats the last fetched one (so
             # every article tied with it was fetched too and the id tie-break is exact).
             if len(hits) < limit or (len(ranked) >= n and -ranked[n - 1][0] > hits[-1][0]):
-                return [(aid, -neg) for neg, aid in ranked[:n]]
+                exact = bound == -math.inf or (len(ranked) >= n and -ranked[n - 1][0] > bound)
+                return [(aid, -neg) for neg, aid in ranked[:n]], exact
             limit *= 4
+
+    def _total_docs(self, searcher: tantivy.Searcher) -> int | None:
+        """tantivy's BM25 document count in ``searcher``, found once a searcher (``pruning``)."""
+        if self._total is None or self._total[0] is not searcher:
+            self._total = (searcher, bm25_total_docs(searcher, self._term("unigrams", STOPWORD_TERM)))
+        return self._total[1]
 
     def searcher(self, generation: str | None) -> tantivy.Searcher:
         """A searcher holding every article of a SQLite snapshot at ``generation`` (taken before this call).
