@@ -54,6 +54,7 @@ from common import LAYER, build_model, dir_bytes, load_average, percentiles, wri
 
 from bertknn_search.backends.article_index import FIRST_FETCH, SHOULD, field_texts
 from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.pruning import split_query
 from bertknn_search.ingest.pipeline import TEXT_CHUNK_ARTICLES
 from bertknn_search.ingest.prepare import default_workers
 from bertknn_search.ingest.readers import read_articles
@@ -201,15 +202,17 @@ def ours(index: Path, texts: list[str], warm: int) -> tuple[Timed, list[float]]:
 
 
 def _engine_queries(backend: EmbeddedBackend, texts: list[str]) -> list[Callable[[], object]]:
-    """Each question's tantivy search as ``ArticleIndex.search`` makes it, ready to run."""
+    """Each question's first tantivy search as ``ArticleIndex.search`` makes it (the pruned query where
+    there is one, else the whole disjunction), ready to run."""
     ir = backend._ir
     searcher = ir.searcher(None)
+    total = ir._total_docs(searcher)
     out: list[Callable[[], object]] = []
     for text in texts:
         unigrams, bigrams = query_terms(ir_query(Question(text)))
-        clauses = [(SHOULD, ir._term("unigrams", t)) for t in unigrams]
-        clauses += [(SHOULD, ir._term("bigrams", t)) for t in bigrams]
-        query = tantivy.Query.boolean_query(clauses)
+        terms = [("unigrams", t) for t in unigrams] + [("bigrams", t) for t in bigrams]
+        split = None if total is None else split_query(searcher, terms, ir._term, total)
+        query = split.query if split else tantivy.Query.boolean_query([(SHOULD, ir._term(*t)) for t in terms])
         out.append(lambda q=query: searcher.search(q, TOP + FIRST_FETCH, count=False))
     return out
 
