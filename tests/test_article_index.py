@@ -405,3 +405,162 @@ def test_a_failed_write_in_a_bulk_run_is_taken_out_and_the_run_goes_on(index_dir
         assert ids(backend, "farrowby") == [] and ids(backend, "sorrel") == ["4"]
     finally:
         backend.close()
+
+
+# -- the searcher a reader keeps between questions ----------------------------------------------------
+def count_reloads(backend: EmbeddedBackend, monkeypatch) -> list[None]:
+    reloads: list[None] = []
+    index = backend._ir._index
+    real = index.reload
+    monkeypatch.setattr(backend._ir, "_index", _Counting(index, lambda: (reloads.append(None), real())))
+    return reloads
+
+
+class _Counting:
+    """A tantivy index whose ``reload`` is counted (the binding's objects take no new attributes)."""
+
+    def __init__(self, index: object, reload: object) -> None:
+        self._index, self.reload = index, reload
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._index, name)
+
+
+def test_the_searcher_is_kept_until_a_write_changes_the_generation(index_dir: Path, monkeypatch) -> None:
+    build(index_dir)
+    reader = EmbeddedBackend.open(index_dir)
+    writer = EmbeddedBackend.open(index_dir)  # another process's writes, as far as the reader knows
+    try:
+        reloads = count_reloads(reader, monkeypatch)
+        assert ids(reader, "quenton") == ["1"] and ids(reader, "river") == ["2"]
+        assert len(reloads) == 1  # the second question reused the first one's searcher
+        writer.add_articles([article("3", "Farrowby", "farrowby is a village")])
+        assert ids(reader, "farrowby village") == ["3"]  # the write is seen by the very next question
+        assert len(reloads) == 2
+        writer.delete_articles(["3"])
+        assert ids(reader, "farrowby village") == [] and len(reloads) == 3
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_replaced_article_answers_once_by_its_new_text_through_a_kept_searcher(
+    index_dir: Path, monkeypatch
+) -> None:
+    build(index_dir)
+    reader = EmbeddedBackend.open(index_dir)
+    writer = EmbeddedBackend.open(index_dir)
+    real = article_index.ArticleIndex._settle
+    settles: list[None] = []
+
+    def first_left_unsettled(self: article_index.ArticleIndex, *args: object) -> None:
+        settles.append(None)
+        if len(settles) > 1:  # the first write's old documents stay, as when its writer dies
+            real(self, *args)
+
+    monkeypatch.setattr(article_index.ArticleIndex, "_settle", first_left_unsettled)
+    try:
+        assert ids(reader, "quenton town") == ["1"]  # the reader now keeps a searcher holding version 1
+        for n, text in enumerate(["quenton is a city by the sea", "quenton is a port"]):
+            writer.add_articles([article("1", "Quenton", text), article(f"x{n}", "Other", "quenton harbour")])
+            assert ids(reader, "town") == []  # the old text never answers for article 1
+            hits = reader.search_articles("quenton", 10)
+            assert sorted(h.id for h in hits) == ["1", *(f"x{i}" for i in range(n + 1))]  # each once
+            # First beside 1, 2 and x0 the old document of 1 stays; then it is gone and x1 is in.
+            assert writer._ir.documents() == 4
+        assert ids(reader, "port") == ["1"] and ids(reader, "sea") == []
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_write_settled_between_the_snapshot_and_the_searcher_answers_once(
+    index_dir: Path, monkeypatch
+) -> None:
+    """A reader's snapshot holds article 1's old version; a write replaces and settles it before the
+    reader's searcher is taken: the article is ranked by its new text, once, under its old title."""
+    build(index_dir)
+    reader = EmbeddedBackend.open(index_dir)
+    writer = EmbeddedBackend.open(index_dir)
+    real = article_index.ArticleIndex.searcher
+
+    def write_first(self: article_index.ArticleIndex, generation: str | None) -> object:
+        if self is reader._ir:
+            writer.add_articles([article("1", "Quenton City", "quenton is a city by the sea")])
+        return real(self, generation)
+
+    try:
+        monkeypatch.setattr(article_index.ArticleIndex, "searcher", write_first)
+        hits = reader.search_articles("quenton sea", 3)
+        assert [(h.id, h.title) for h in hits] == [("1", "Quenton")]  # the snapshot's title
+        assert writer._ir.documents() == 2  # the old version was settled away before the search
+        monkeypatch.setattr(article_index.ArticleIndex, "searcher", real)
+        assert [(h.id, h.title) for h in reader.search_articles("quenton", 3)] == [("1", "Quenton City")]
+    finally:
+        writer.close()
+        reader.close()
+
+
+# -- the pruned query (frequent terms optional beside the rare ones) --------------------------------------
+def test_the_pruned_query_is_used_when_it_proves_the_top_n_and_gives_lucenes_ranking(
+    index_dir: Path, monkeypatch
+) -> None:
+    # Zipfian words, each in most articles, and in every article one of 60 rare words (5 articles each).
+    zipf = zipf_corpus(300, seed=3)
+    docs = {aid: (title, f"{text} r{int(aid) % 60}") for aid, (title, text) in zipf.items()}
+    backend = EmbeddedBackend.create(index_dir, META)
+    answers: list[bool] = []
+    real = article_index.ArticleIndex._top
+
+    def recording(self: article_index.ArticleIndex, *args: object) -> tuple[list, bool]:
+        ranked, exact = real(self, *args)
+        if args[-1] != -math.inf:
+            answers.append(exact)
+        return ranked, exact
+
+    monkeypatch.setattr(article_index.ArticleIndex, "_top", recording)
+    try:
+        backend.add_articles([article(aid, *doc) for aid, doc in docs.items()])
+        rng = random.Random(4)
+        for _ in range(40):
+            words = rng.sample([f"w{i}" for i in range(4)], 2) + rng.sample([f"r{i}" for i in range(60)], 2)
+            want = lucene_bm25(docs, " ".join(words))
+            ranked = sorted(want, key=lambda aid: (-want[aid], aid))[:5]
+            hits = backend.search_articles(" ".join(words), 5)
+            assert [h.id for h in hits] == ranked, words
+            np.testing.assert_allclose([h.score for h in hits], [want[a] for a in ranked], rtol=2e-6)
+        assert any(answers)  # the pruned query answered some questions itself
+    finally:
+        backend.close()
+
+
+def test_an_article_holding_only_frequent_terms_still_wins_through_the_whole_query(
+    index_dir: Path, monkeypatch
+) -> None:
+    """The rare term's article scores below what the frequent term alone can reach: the pruned query
+    cannot prove its top n, and the whole query finds the articles that lack the rare term."""
+    filler = " ".join(f"x{i}" for i in range(300))
+    docs = {f"{i:02d}": ("t", filler) for i in range(84)}
+    docs |= {f"c{i:02d}": ("t", f"common {filler}") for i in range(14)}  # 15 of 100 with 50: frequent
+    docs["50"] = ("t", "common common common common")  # short, only the frequent term: the best
+    docs["60"] = ("t", f"rareword {filler * 10}")  # the rare term once, in a very long text
+    backend = EmbeddedBackend.create(index_dir, META)
+    answers: list[bool] = []
+    real = article_index.ArticleIndex._top
+
+    def recording(self: article_index.ArticleIndex, *args: object) -> tuple[list, bool]:
+        ranked, exact = real(self, *args)
+        if args[-1] != -math.inf:
+            answers.append(exact)
+        return ranked, exact
+
+    monkeypatch.setattr(article_index.ArticleIndex, "_top", recording)
+    try:
+        backend.add_articles([article(aid, *doc) for aid, doc in docs.items()])
+        want = lucene_bm25(docs, "common rareword")
+        hits = backend.search_articles("common rareword", 3)
+        assert [h.id for h in hits] == sorted(want, key=lambda aid: (-want[aid], aid))[:3]
+        assert [h.id for h in hits] == ["50", "c00", "c01"]  # the pruned query alone found only 60
+        assert answers == [False]  # the pruned query was tried and could not prove its answer
+    finally:
+        backend.close()

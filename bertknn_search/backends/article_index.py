@@ -1,8 +1,9 @@
 """ArticleIndex: the embedded backend's BM25 article search, a tantivy index beside the SQLite file.
 
 tantivy scores with Lucene's BM25 (k1 1.2, b 0.75, Lucene's one-byte length norms, idf never negative,
-and the (k1 + 1) factor of OpenSearch's default similarity) and finds the top n with block-max WAND, so a
-question does not read every posting of its terms. It indexes the project's own terms
+and the (k1 + 1) factor of OpenSearch's default similarity). Its Python binding scores every article
+matching a query (no block-max WAND), so a question's frequent terms are made optional beside its rare
+ones when that provably keeps the same top n (``pruning``). It indexes the project's own terms
 (``bertknn_search.terms``), joined by spaces into a unigram and a bigram field that its whitespace
 tokenizer splits back, so both backends rank the same strings.
 
@@ -15,17 +16,20 @@ SQLite stays the record of which articles exist; tantivy and SQLite have no shar
 - before its tantivy commit a writer names its articles in ``articles.pending.json`` and removes the file
   once both stores agree; the next writer or open that finds the file left by a writer that died deletes,
   for those articles, every document whose version SQLite does not hold;
-- a reader takes its SQLite snapshot first and the tantivy searcher second, and keeps a hit only when its
-  snapshot holds the article at that version, or holds it at a version the searcher no longer has (a
-  write settled after the snapshot was taken: the article is then ranked by its newer text). Every
-  article of the snapshot was committed to tantivy before it, and tantivy never deletes an article's last
-  document, so no reader sees an article in one store but not the other, nor a version a writer that
-  died left behind.
+- a reader takes its SQLite snapshot first and searches a tantivy searcher taken after a snapshot of the
+  same generation (the counter in SQLite's ``meta`` table that every write of articles increments in its
+  transaction): the one the last search took, while the generation is unchanged, else a fresh one. It
+  keeps a hit only when its snapshot holds the article at that version, or holds it at a version the
+  searcher no longer has (a write settled after the snapshot was taken: the article is then ranked by its
+  newer text). Every article of a generation was committed to tantivy before that generation was, and
+  tantivy never deletes an article's last document, so no reader sees an article in one store but not
+  the other, nor a version a writer that died left behind.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -39,6 +43,7 @@ from pathlib import Path
 import tantivy
 from filelock import FileLock, Timeout
 
+from bertknn_search.backends.pruning import bm25_total_docs, split_query
 from bertknn_search.errors import BackendError, IndexCorruptError
 from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import BIGRAM_JOIN, document_text, tokenize
@@ -64,7 +69,11 @@ MIN_HEAP = 64_000_000  # per indexing thread
 MAX_HEAP = 3_000_000_000  # per indexing thread; tantivy takes less than 4 GB
 DOCS_PER_THREAD = 4_000  # a write gets at most one indexing thread per this many documents
 CORES_PER_THREAD = 4  # and one per this many cores: the rest prepare text and merge segments
-FIRST_FETCH = 8  # hits beyond n fetched at first, for ties and for articles a reader does not hold yet
+# Hits beyond n fetched at first, so that a tie at the n-th is seen (two: with one, 2% of 300 questions on
+# 100,000 articles had the n-th tied with the next and searched again); more (longer ties, articles a
+# reader does not hold yet) are fetched only when needed, as a smaller top-k prunes more postings.
+FIRST_FETCH = 2
+SHOULD, MUST = tantivy.Occur.Should, tantivy.Occur.Must
 
 # The committed SQLite version of each article id SQLite holds (ids it lacks are left out).
 Versions = Callable[[Sequence[str]], dict[str, int]]
@@ -140,7 +149,10 @@ class ArticleIndex:
         self._lock = FileLock(root / LOCK)
         self._copy: tempfile.TemporaryDirectory[str] | None = None  # a read-only index is read from a copy
         self._bulk: _Bulk | None = None  # a run of writes (``bulk``) holding the lock and one writer
-        index.config_reader("manual")  # reloaded by each search, so a reader sees the last commit
+        # The searcher the last search took and the generation it was taken at (``searcher``).
+        self._searcher: tuple[str, tantivy.Searcher] | None = None
+        self._total: tuple[tantivy.Searcher, int | None] | None = None  # ``_total_docs``
+        index.config_reader("manual")  # reloaded when the generation changes (``searcher``)
 
     @classmethod
     def create(cls, root: Path) -> ArticleIndex:
@@ -180,6 +192,7 @@ class ArticleIndex:
         bigrams: Sequence[str],
         n: int,
         held: Callable[[list[str]], dict[str, int]],
+        generation: str | None,
     ) -> list[tuple[str, float]]:
         """Top ``n`` (article id, score) by BM25 summed over both fields, ties by id.
 
@@ -188,19 +201,39 @@ class ArticleIndex:
             n: how many articles.
             held: the version the caller's SQLite snapshot holds of each of the given ids it holds;
                 the snapshot must be taken before this call.
+            generation: the snapshot's generation counter (``searcher``).
         """
-        clauses = [(tantivy.Occur.Should, self._term("unigrams", t)) for t in unigrams]
-        clauses += [(tantivy.Occur.Should, self._term("bigrams", t)) for t in bigrams]
-        if not clauses or n <= 0:
+        terms = [("unigrams", t) for t in unigrams] + [("bigrams", t) for t in bigrams]
+        if not terms or n <= 0:
             return []
-        query = tantivy.Query.boolean_query(clauses)
-        self._index.reload()
-        searcher = self._index.searcher()
+        searcher = self.searcher(generation)
+        total = self._total_docs(searcher)
+        split = None if total is None else split_query(searcher, terms, self._term, total)
+        if split is not None:
+            ranked, exact = self._top(searcher, split.query, n, held, split.bound)
+            if exact:
+                return ranked
+        whole = tantivy.Query.boolean_query([(SHOULD, self._term(f, t)) for f, t in terms])
+        return self._top(searcher, whole, n, held, -math.inf)[0]
+
+    def _top(
+        self,
+        searcher: tantivy.Searcher,
+        query: tantivy.Query,
+        n: int,
+        held: Callable[[list[str]], dict[str, int]],
+        bound: float,
+    ) -> tuple[list[tuple[str, float]], bool]:
+        """The top ``n`` of ``query`` among the articles ``held`` holds, and whether it is the question's
+        top ``n``: always for the whole query (``bound`` -inf), else when the n-th score is above
+        ``bound``, the most an article ``query`` misses can score."""
         limit = n + FIRST_FETCH
         while True:
             hits = searcher.search(query, limit, count=False).hits
-            docs = [(score, searcher.doc(address).to_dict()) for score, address in hits]
-            found = [(score, doc["id"][0], doc["version"][0]) for score, doc in docs]
+            found = []
+            for score, address in hits:
+                doc = searcher.doc(address)
+                found.append((score, doc.get_first("id"), doc.get_first("version")))
             versions = held(list(dict.fromkeys(aid for _, aid, _ in found)))
             best: dict[str, float] = {}
             for score, aid, version in found:  # best first
@@ -213,8 +246,33 @@ class ArticleIndex:
             # Done when every match was fetched, or the n-th score beats the last fetched one (so
             # every article tied with it was fetched too and the id tie-break is exact).
             if len(hits) < limit or (len(ranked) >= n and -ranked[n - 1][0] > hits[-1][0]):
-                return [(aid, -neg) for neg, aid in ranked[:n]]
+                exact = bound == -math.inf or (len(ranked) >= n and -ranked[n - 1][0] > bound)
+                return [(aid, -neg) for neg, aid in ranked[:n]], exact
             limit *= 4
+
+    def _total_docs(self, searcher: tantivy.Searcher) -> int | None:
+        """tantivy's BM25 document count in ``searcher``, found once a searcher (``pruning``)."""
+        if self._total is None or self._total[0] is not searcher:
+            self._total = (searcher, bm25_total_docs(searcher, self._term("unigrams", STOPWORD_TERM)))
+        return self._total[1]
+
+    def searcher(self, generation: str | None) -> tantivy.Searcher:
+        """A searcher holding every article of a SQLite snapshot at ``generation`` (taken before this call).
+
+        A reload opens the last commit's segments again (0.07 ms of a 1.4 ms question at 100,000
+        articles), so the searcher is kept while the generation stays the same. It was taken after a
+        snapshot of that generation was read, and each write of that generation or before committed its
+        documents to tantivy before its SQLite transaction: the searcher holds them all. Documents
+        committed or settled away since are what ``search`` copes with anyway. ``None`` (no counter)
+        reloads every time.
+        """
+        kept = self._searcher
+        if kept is not None and generation is not None and kept[0] == generation:
+            return kept[1]
+        self._index.reload()
+        searcher = self._index.searcher()
+        self._searcher = None if generation is None else (generation, searcher)
+        return searcher
 
     def documents(self) -> int:
         """Live documents in the last commit: one per article, two while a replacement settles."""
@@ -222,10 +280,7 @@ class ArticleIndex:
         return self._index.searcher().num_docs
 
     def _has(self, searcher: tantivy.Searcher, article_id: str, version: int) -> bool:
-        both = [
-            (tantivy.Occur.Must, self._term("id", article_id)),
-            (tantivy.Occur.Must, self._term("version", version)),
-        ]
+        both = [(MUST, self._term("id", article_id)), (MUST, self._term("version", version))]
         return bool(searcher.search(tantivy.Query.boolean_query(both), 1, count=False).hits)
 
     def _term(self, field: str, term: str | int) -> tantivy.Query:

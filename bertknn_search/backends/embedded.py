@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS coverage (
 # What an article's contexts are held in: the whole, or the parts and which rows they hold.
 PARTS = ("context_parts", "coverage")
 CONTEXTS = ("contexts", *PARTS)
+GENERATION = "SELECT value FROM meta WHERE key = 'generation'"  # +1 by every write of articles
 BUSY_TIMEOUT_MS = 60_000  # how long a writer waits for another's transaction (sqlite3 timeout=60 s)
 
 SCHEMA = (
@@ -676,11 +677,13 @@ class EmbeddedBackend:
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by Lucene BM25 summed over the unigram and bigram fields; ties by id."""
         unigrams, pairs = query_terms(query)
+        if n <= 0 or not (unigrams or pairs):
+            return []
         titles: dict[str, str] = {}
         with self._read() as cur:
-            # The snapshot starts with this first read, before tantivy's searcher is taken (see
+            # The snapshot starts with this first read, before tantivy's searcher is taken or chosen (see
             # article_index): every article it holds is in that searcher.
-            cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+            row = cur.execute(GENERATION).fetchone()
 
             def held(ids: list[str]) -> dict[str, int]:
                 versions = {}
@@ -691,7 +694,7 @@ class EmbeddedBackend:
                         titles[aid], versions[aid] = title, version
                 return versions
 
-            ranked = self._ir.search(unigrams, pairs, n, held)
+            ranked = self._ir.search(unigrams, pairs, n, held, None if row is None else str(row[0]))
         return [ArticleHit(aid, titles[aid], score) for aid, score in ranked]
 
     def _ir_versions(self, article_ids: Sequence[str]) -> dict[str, int]:
@@ -753,7 +756,7 @@ class EmbeddedBackend:
 
     def _flat_index(self) -> FlatIndex:
         with self._read() as cur:
-            row = cur.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+            row = cur.execute(GENERATION).fetchone()
         value = None if row is None else row[0]
         try:
             generation = int(value)  # type: ignore[arg-type]
