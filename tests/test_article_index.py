@@ -502,13 +502,8 @@ def test_a_write_settled_between_the_snapshot_and_the_searcher_answers_once(
 
 
 # -- the pruned query (frequent terms optional beside the rare ones) --------------------------------------
-def test_the_pruned_query_is_used_when_it_proves_the_top_n_and_gives_lucenes_ranking(
-    index_dir: Path, monkeypatch
-) -> None:
-    # Zipfian words, each in most articles, and in every article one of 60 rare words (5 articles each).
-    zipf = zipf_corpus(300, seed=3)
-    docs = {aid: (title, f"{text} r{int(aid) % 60}") for aid, (title, text) in zipf.items()}
-    backend = EmbeddedBackend.create(index_dir, META)
+def record_pruned_answers(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each pruned query proved its top n (True) or the whole query had to run (False)."""
     answers: list[bool] = []
     real = article_index.ArticleIndex._top
 
@@ -519,6 +514,17 @@ def test_the_pruned_query_is_used_when_it_proves_the_top_n_and_gives_lucenes_ran
         return ranked, exact
 
     monkeypatch.setattr(article_index.ArticleIndex, "_top", recording)
+    return answers
+
+
+def test_the_pruned_query_is_used_when_it_proves_the_top_n_and_gives_lucenes_ranking(
+    index_dir: Path, monkeypatch
+) -> None:
+    # Zipfian words, each in most articles, and in every article one of 60 rare words (5 articles each).
+    zipf = zipf_corpus(300, seed=3)
+    docs = {aid: (title, f"{text} r{int(aid) % 60}") for aid, (title, text) in zipf.items()}
+    backend = EmbeddedBackend.create(index_dir, META)
+    answers = record_pruned_answers(monkeypatch)
     try:
         backend.add_articles([article(aid, *doc) for aid, doc in docs.items()])
         rng = random.Random(4)
@@ -545,16 +551,7 @@ def test_an_article_holding_only_frequent_terms_still_wins_through_the_whole_que
     docs["50"] = ("t", "common common common common")  # short, only the frequent term: the best
     docs["60"] = ("t", f"rareword {filler * 10}")  # the rare term once, in a very long text
     backend = EmbeddedBackend.create(index_dir, META)
-    answers: list[bool] = []
-    real = article_index.ArticleIndex._top
-
-    def recording(self: article_index.ArticleIndex, *args: object) -> tuple[list, bool]:
-        ranked, exact = real(self, *args)
-        if args[-1] != -math.inf:
-            answers.append(exact)
-        return ranked, exact
-
-    monkeypatch.setattr(article_index.ArticleIndex, "_top", recording)
+    answers = record_pruned_answers(monkeypatch)
     try:
         backend.add_articles([article(aid, *doc) for aid, doc in docs.items()])
         want = lucene_bm25(docs, "common rareword")
