@@ -367,6 +367,14 @@ def test_a_link_asks_its_question_and_asking_makes_a_link_in_chromium(
             "Note: “Ulm” (ul ##m, in Albert Einstein) stands where the question has [MASK], but an answer is"
             " one wordpiece of the model's vocabulary, so it cannot be one."
         )
+        # A whole-word index's answer of several wordpieces shows them on hover; one of a single does not.
+        ranked = [
+            {"word": "ulm", "token_id": -5, "prob": 0.5, "pieces": ["ul", "##m"]},
+            {"word": "germany", "token_id": 7, "prob": 0.2, "pieces": []},
+        ]
+        driver.execute_script("draw(arguments[0])", {**no_head, "knn": ranked, "bert_knn": ranked})
+        words = driver.find_elements(By.CSS_SELECTOR, '.ranking[data-model="knn"] li .word')
+        assert [(w.text, w.get_attribute("title")) for w in words] == [("ulm", "ul ##m"), ("germany", "")]
         lazy = {"articles": 20, "encoded_articles": 3, "contexts": 700, "meta": {"contexts": "lazy"}}
         line = driver.execute_script(
             "return contextsLine(arguments[0])", {**lazy, "estimated_contexts": 4600}
