@@ -417,6 +417,42 @@ def test_an_index_of_version_4_opens_answers_and_takes_new_articles(tmp_path: Pa
         assert b.sentences([("1", 0)]) == [wordy(1)]
 
 
+def test_a_write_that_fails_after_training_the_dictionary_leaves_texts_others_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dictionary trained in a write that rolls back was never stored: later texts must not use it."""
+    index = tmp_path / "idx"
+    first = {str(i): wordy(i) for i in range(text_codec.TRAIN_MIN_ARTICLES + 10)}
+    with closing(EmbeddedBackend.create(index, LAZY)) as b:
+        real = b._write_one
+
+        def failing(cur: sqlite3.Cursor, item: EncodedArticle, version: int) -> bool:
+            if item.article.id == "5":
+                raise OSError("disk full (simulated)")
+            return real(cur, item, version)
+
+        monkeypatch.setattr(b, "_write_one", failing)
+        with pytest.raises(OSError):
+            b.add_articles([text_only(aid, text) for aid, text in first.items()])
+        monkeypatch.setattr(b, "_write_one", real)
+        b.add_articles([text_only("late", wordy(900))])  # the same process goes on writing
+    with closing(EmbeddedBackend.open(index)) as b:  # another process reads what was stored
+        assert [p.article.text for p in b.unencoded(["late"])] == [wordy(900)]
+        assert b.unencoded(list(first)) == []  # the failed write stored nothing
+
+
+def test_deleting_from_a_version_4_index_leaves_it_version_4(tmp_path: Path) -> None:
+    """A delete or an eviction stores nothing in the new form: the release that made it can still read it."""
+    index = tmp_path / "idx"
+    with closing(EmbeddedBackend.create(index, LAZY)) as b:
+        b.add_articles([text_only(str(i), wordy(i)) for i in range(3)])
+    make_version_4(index)
+    with closing(EmbeddedBackend.open(index)) as b:
+        assert b.delete_articles(["1"]) == 1
+        b.evict_contexts(0, [])
+    assert schema_version(index) == "4"
+
+
 def test_a_damaged_compressed_text_names_the_article(tmp_path: Path) -> None:
     index = tmp_path / "idx"
     with closing(EmbeddedBackend.create(index, LAZY)) as b:

@@ -50,7 +50,8 @@ DB_NAME = sqlite_file.DB_NAME
 SCHEMA_VERSION = "5"  # 2: accent-folded terms, max_length; 3: tantivy, lazy contexts; 4: precision;
 # 5: texts and sentences stored zstd-compressed (text_codec), and whole-word values (a negative hash beside
 # token ids, see values.py) under the whole-word policies. The versions this code opens: a "4" index
-# holds plain TEXT rows, which are read as they are, and becomes "5" at its first write (rows then mix).
+# holds plain TEXT rows, which are read as they are, and becomes "5" at its first write that stores text or
+# contexts (rows then mix).
 READABLE_VERSIONS = ("4", SCHEMA_VERSION)
 DICTIONARY_KEY = "text_dictionary"  # meta: the zstd dictionary trained on the first large write
 POPULARITY_TABLE = (
@@ -300,7 +301,7 @@ class EmbeddedBackend:
         with (
             self._lock,
             self._ir.writing(self._ir_versions, 0) as batch,
-            self._write(len(ids)) as cur,
+            self._write(len(ids), stores=False) as cur,
         ):
             for aid in ids:
                 row = cur.execute("SELECT rowid FROM articles WHERE id = ?", (aid,)).fetchone()
@@ -563,7 +564,7 @@ class EmbeddedBackend:
         )
 
     def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
-        with self._lock, self._write(0) as cur:
+        with self._lock, self._write(0, stores=False) as cur:
             held = "SELECT article, bytes, used FROM contexts UNION ALL"
             held += " SELECT article, bytes, used FROM coverage"
             total = cur.execute(f"SELECT COALESCE(SUM(bytes), 0) FROM ({held})").fetchone()[0]
@@ -621,17 +622,27 @@ class EmbeddedBackend:
             ) from exc
 
     @contextmanager
-    def _write(self, articles: int) -> Iterator[sqlite3.Cursor]:
-        """One write transaction for ``articles`` articles: all of them are committed, or none."""
+    def _write(self, articles: int, stores: bool = True) -> Iterator[sqlite3.Cursor]:
+        """One write transaction for ``articles`` articles: all of them are committed, or none.
+
+        ``stores``: the write may store text or sentences in this version's form, so an older index is
+        marked with this version (a delete or an eviction stores nothing and leaves it readable by the
+        release that made it).
+        """
         cur = self._conn.cursor()
+        # A dictionary trained in a write that rolls back was never stored: rows packed with it later
+        # would be unreadable to every other process, so the codec goes back with the transaction.
+        codec = self._codec
         try:
             cur.execute("BEGIN IMMEDIATE")
-            if self._version != SCHEMA_VERSION:  # an older index: what this write stores needs this code
+            if stores and self._version != SCHEMA_VERSION:  # an older index: what is stored needs this code
                 cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
             yield cur
             cur.execute("COMMIT")
-            self._version = SCHEMA_VERSION
+            if stores:
+                self._version = SCHEMA_VERSION
         except BaseException as exc:
+            self._codec = codec
             if self._conn.in_transaction:
                 self._conn.rollback()
             if isinstance(exc, sqlite3.DatabaseError):  # disk full, I/O error, read-only file
