@@ -185,16 +185,22 @@ class Searcher:
         for i, (state, pb, hits) in enumerate(zip(states, rows, found)):
             start = time.perf_counter()
             nb = self.neighbors(state, hits, cfg.k) if go[i] else Neighbors.empty()
-            squared = cfg.distance == "squared-l2"
-            space = ValueSpace.of(nb.token_ids, self.encoder.vocab_size)
-            p_knn = knn_probs(nb.distances, space.index(nb.token_ids), space.size, cfg.temperature, squared)
-            # BERT gives a word of several wordpieces no probability of its own (see docs/method.md).
-            p = interpolate(p_knn, None if pb is None else space.pad(pb), cfg.lam)
+            space, p_knn, p = self.distributions(nb, pb, cfg)
             took = seconds[i] + time.perf_counter() - start + shared if go[i] else 0.0
             gate = None if gates is None else gates[i]
             seen = {h.id: coverage[h.id] for h in hits or [] if h.id in coverage}
             scored.append(Scored(hits, nb, pb, p_knn, p, space, gate, took, seen))
         return scored
+
+    def distributions(
+        self, nb: Neighbors, p_bert: np.ndarray | None, config: Config
+    ) -> tuple[ValueSpace, np.ndarray, np.ndarray]:
+        """A question's value space, p_kNN over it from ``nb``, and p mixed with ``p_bert`` (or p_kNN)."""
+        space = ValueSpace.of(nb.token_ids, self.encoder.vocab_size)
+        squared = config.distance == "squared-l2"
+        p_knn = knn_probs(nb.distances, space.index(nb.token_ids), space.size, config.temperature, squared)
+        # BERT gives a word of several wordpieces no probability of its own (see docs/method.md).
+        return space, p_knn, interpolate(p_knn, None if p_bert is None else space.pad(p_bert), config.lam)
 
     def gate_signal(
         self, gate: str, questions: Sequence[Question], p_bert: np.ndarray | None

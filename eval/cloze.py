@@ -22,11 +22,8 @@ from bertknn_search.errors import ConfigError
 from bertknn_search.eval.cloze_targets import KINDS, Sample, Target, article_sentences, draw_targets
 from bertknn_search.eval.harness import available_models
 from bertknn_search.ingest.contexts import make_row_table
-from bertknn_search.interpolate import interpolate
-from bertknn_search.knn import knn_probs
 from bertknn_search.records import ArticleHit, Neighbors, Question
 from bertknn_search.search import Scored, Searcher
-from bertknn_search.values import ValueSpace
 
 CLOZE_KS = (1, 10)
 
@@ -156,7 +153,6 @@ def score_targets(
     """Rank each target's word with every model the searcher has; also count own articles missed."""
     top = max(CLOZE_KS)
     models = available_models(searcher)
-    squared = config.distance == "squared-l2"
     questions = [Question(t.question, t.title) for t in targets]
     found = [searcher.retrieve(q, config.n_articles) if config.use_ir else None for q in questions]
     searched = sorted({h.id for hits in found for h in hits or []})
@@ -170,9 +166,7 @@ def score_targets(
         own = hits is None or any(h.id == target.article_id for h in hits)
         missed += not own
         nb, dropped = leave_out(searcher, state, hits, target, config.k)
-        space = ValueSpace.of(nb.token_ids, searcher.encoder.vocab_size)
-        p_knn = knn_probs(nb.distances, space.index(nb.token_ids), space.size, config.temperature, squared)
-        p = interpolate(p_knn, None if pb is None else space.pad(pb), config.lam)
+        space, p_knn, p = searcher.distributions(nb, pb, config)
         scored = Scored(hits, nb, pb, p_knn, p, space)
         value = searcher.value(target.word)
         dists = {"bert": pb, "knn": p_knn, "bert_knn": p}
