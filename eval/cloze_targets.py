@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from bertknn_search.backends.base import Backend
 from bertknn_search.encoder import MASK
+from bertknn_search.ingest.contexts import word_spans
 from bertknn_search.search import Searcher
 from bertknn_search.stopwords import STOPWORDS, is_punctuation
 from bertknn_search.values import MAX_PIECES
@@ -108,7 +109,7 @@ def draw_targets(
         for s, text in enumerate(texts):
             ids: list[int] = enc["input_ids"][s]
             offsets = enc["offset_mapping"][s]
-            for pos, span in _words(enc.word_ids(s)):
+            for pos, span in word_spans(enc.word_ids(s)):
                 pieces = ids[pos : pos + span]
                 start, end = offsets[pos][0], offsets[pos + span - 1][1]
                 if span > MAX_PIECES or tok.unk_token_id in pieces or is_punctuation(text[start:end]):
@@ -125,16 +126,3 @@ def draw_targets(
         if progress is not None:
             progress(visited)
     return Sample([t for kind in KINDS for t in chosen[kind]], visited, sentences, too_long)
-
-
-def _words(word_ids: Sequence[int | None]) -> list[tuple[int, int]]:
-    """(first position, wordpieces) of each word of a tokenised sentence (the tokenizer's pre-tokens)."""
-    out: list[tuple[int, int]] = []
-    previous = None
-    for pos, w in enumerate(word_ids):
-        if w is not None and w == previous:
-            out[-1] = (out[-1][0], out[-1][1] + 1)
-        elif w is not None:
-            out.append((pos, 1))
-        previous = w
-    return out

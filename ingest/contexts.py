@@ -142,7 +142,7 @@ def make_row_table(
             ids: list[int] = enc["input_ids"][i]
             tokens.append(np.asarray(ids, dtype=np.int32))
             offsets = enc["offset_mapping"][i]
-            for pos, span in _words(enc.word_ids(i)):
+            for pos, span in word_spans(enc.word_ids(i)):
                 pieces = ids[pos : pos + span]
                 if (span > 1 and (not whole or span > MAX_PIECES)) or tok.unk_token_id in pieces:
                     continue
@@ -166,8 +166,8 @@ def make_row_table(
     )
 
 
-def _words(word_ids: Sequence[int | None]) -> list[tuple[int, int]]:
-    """(first position, wordpieces) of each word of a tokenised sentence, in order."""
+def word_spans(word_ids: Sequence[int | None]) -> list[tuple[int, int]]:
+    """(first position, wordpieces) of each word (the tokenizer's pre-token) of a tokenised sentence."""
     out: list[tuple[int, int]] = []
     previous = None
     for pos, w in enumerate(word_ids):

@@ -150,7 +150,7 @@ class TextPool:
         chunk is ready, in a lazy ingest the longest wait: one write is up to 48M characters).
         """
         here: dict[int, list[PreparedArticle] | InputFormatError] = {}
-        for k in range(len(parts) - 1, 0, -1) if len(parts) > 1 else ():
+        for k in range(len(parts) - 1, 0, -1):
             part, future = parts[k]
             if future is None or not future.cancel():
                 break  # started (workers take parts in order): so are all before it

@@ -307,8 +307,7 @@ class EmbeddedBackend:
                 row = cur.execute("SELECT rowid FROM articles WHERE id = ?", (aid,)).fetchone()
                 if row is None:
                     continue
-                for table in (*CONTEXTS, "texts", "popularity"):
-                    cur.execute(f"DELETE FROM {table} WHERE article = ?", row)
+                _delete(cur, (*CONTEXTS, "texts", "popularity"), row[0])
                 cur.execute("DELETE FROM articles WHERE rowid = ?", row)
                 batch.remove(aid)
                 deleted += 1
