@@ -32,12 +32,17 @@ RESUME_HINT = "nothing half-written is kept: run the same command again to resum
 
 def interrupted_line(exc: KeyboardInterrupt) -> str:
     """What Ctrl-C or SIGTERM left: what was kept, and how to go on."""
-    how = "terminated" if isinstance(exc, Terminated) or getattr(exc, "terminated", False) else "interrupted"
+    how = "terminated" if _terminated(exc) else "interrupted"
     kept = getattr(exc, "kept", None)
     if kept is None:
         return f"{how}; {RESUME_HINT}"
     what = f"kept {counted(kept, 'article')} already written" if kept else "nothing was written yet"
     return f"{how}; {what}; {RESUME_HINT}"
+
+
+def _terminated(exc: KeyboardInterrupt) -> bool:
+    """Whether a stop came from SIGTERM (``Terminated``, or an interrupt that a run re-raised marked so)."""
+    return isinstance(exc, Terminated) or bool(getattr(exc, "terminated", False))
 
 
 class Group(click.Group):
@@ -52,8 +57,7 @@ class Group(click.Group):
             raise click.ClickException(str(exc)) from exc
         except KeyboardInterrupt as exc:
             click.echo(f"\n{interrupted_line(exc)}", err=True)
-            terminated = isinstance(exc, Terminated) or getattr(exc, "terminated", False)
-            sys.exit(143 if terminated else 130)
+            sys.exit(143 if _terminated(exc) else 130)
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
