@@ -55,13 +55,28 @@ backend_options = stacked(
         help="CA bundle for TLS [env OPENSEARCH_CA].",
     ),
     click.option(
+        "--elasticsearch-url",
+        help="Elasticsearch URL [env ELASTICSEARCH_URL]; credentials from"
+        " ELASTICSEARCH_USER/ELASTICSEARCH_PASSWORD.",
+    ),
+    click.option(
+        "--elasticsearch-ca",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="CA bundle for TLS [env ELASTICSEARCH_CA].",
+    ),
+    click.option(
         "--insecure",
         "opensearch_verify",
         flag_value=False,
         default=None,
-        help="Do not verify the OpenSearch TLS certificate [env OPENSEARCH_VERIFY=false].",
+        help="Do not verify the engine's TLS certificate [env OPENSEARCH_VERIFY / ELASTICSEARCH_VERIFY=false].",
     ),
-    click.option("--opensearch-prefix", help="Index name prefix in OpenSearch [default bertknn]."),
+    click.option(
+        "--index-prefix",
+        "--opensearch-prefix",
+        "opensearch_prefix",
+        help="Index name prefix in OpenSearch or Elasticsearch [default bertknn].",
+    ),
 )
 index_options = stacked(
     click.option(

@@ -17,7 +17,7 @@ from bertknn_search.errors import ConfigError
 MASK_POLICIES = ("single-wordpiece", "single-wordpiece-no-stopwords", "whole-word", "whole-word-no-stopwords")
 STORE_DTYPES = ("float16", "int8")
 DISTANCES = ("squared-l2", "l2")
-BACKENDS = ("embedded", "opensearch")
+BACKENDS = ("embedded", "opensearch", "elasticsearch")
 CONTEXT_MODES = ("eager", "lazy")
 # The encoder's arithmetic; "auto" picks per machine (placement.choose_precision) and an index records
 # the one its contexts were encoded in.
@@ -84,8 +84,13 @@ class Config:
     opensearch_user: str | None = None
     opensearch_password: str | None = field(default=None, repr=False)
     opensearch_ca: Path | None = None
+    # Verifying TLS certificates and the index name prefix apply to whichever engine is used.
     opensearch_verify: bool = True
     opensearch_prefix: str = "bertknn"
+    elasticsearch_url: str | None = None
+    elasticsearch_user: str | None = None
+    elasticsearch_password: str | None = field(default=None, repr=False)
+    elasticsearch_ca: Path | None = None
     store_dtype: str = "float16"
 
     # How the work runs.
@@ -257,7 +262,7 @@ def _switch(text: str) -> bool:
         return True
     if value in {"0", "false", "no", "off"}:
         return False
-    raise ConfigError(f"OPENSEARCH_VERIFY must be true or false, got {text!r}")
+    raise ConfigError(f"OPENSEARCH_VERIFY / ELASTICSEARCH_VERIFY must be true or false, got {text!r}")
 
 
 # Environment variable -> (Config field, parser). A flag wins over its variable.
@@ -271,6 +276,11 @@ ENV_VARS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "OPENSEARCH_PASSWORD": ("opensearch_password", str),
     "OPENSEARCH_CA": ("opensearch_ca", Path),
     "OPENSEARCH_VERIFY": ("opensearch_verify", _switch),
+    "ELASTICSEARCH_URL": ("elasticsearch_url", str),
+    "ELASTICSEARCH_USER": ("elasticsearch_user", str),
+    "ELASTICSEARCH_PASSWORD": ("elasticsearch_password", str),
+    "ELASTICSEARCH_CA": ("elasticsearch_ca", Path),
+    "ELASTICSEARCH_VERIFY": ("opensearch_verify", _switch),
 }
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +112,110 @@ def long_article_index(base_config: Config, index: Path, paragraphs: int, seed: 
     config = base_config.replace(index=index, contexts="lazy")
     ingest([Article("long", "Long Town", text)], config, progress=False)
     return config
+
+
+# -- real search engines ----------------------------------------------------------------------------
+# .ci/run sets BERTKNN_REQUIRE_ENGINES=1: there an engine that cannot start fails the tests that need it;
+# elsewhere (no Java, no Maven, no network for the first fetch) they skip with the reason.
+REQUIRE_ENGINES = os.environ.get("BERTKNN_REQUIRE_ENGINES", "") not in ("", "0")
+ENGINE_NAMES = ("opensearch", "elasticsearch")
+
+
+class Engines:
+    """One real node per engine, started on first use and stopped at the end of the session.
+
+    ``OPENSEARCH_URL`` / ``ELASTICSEARCH_URL`` point the tests at a cluster of your own instead.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clusters: dict[str, Any] = {}
+        self.failed: dict[str, str] = {}
+
+    def url(self, name: str) -> str:
+        given = os.environ.get(f"{name.upper()}_URL")
+        if given:
+            return given
+        if name in self.failed:
+            self._unavailable(name, self.failed[name])
+        if name not in self.clusters:
+            from bertknn_search.engines.launch import Cluster, EngineError, engine, free_port
+
+            cluster = Cluster(engine(name), port=free_port(), data=self.root / name)
+            try:
+                cluster.start(say=lambda line: None, progress=False)
+            except EngineError as exc:
+                cluster.stop()
+                self.failed[name] = str(exc)
+                self._unavailable(name, str(exc))
+            self.clusters[name] = cluster
+        return self.clusters[name].url
+
+    @staticmethod
+    def _unavailable(name: str, why: str) -> None:
+        message = f"no {name} engine for this test: {why}"
+        if REQUIRE_ENGINES:
+            pytest.fail(message + " (BERTKNN_REQUIRE_ENGINES is set: engines are required here)")
+        pytest.skip(message)
+
+    def close(self) -> None:
+        for cluster in self.clusters.values():
+            cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
+    found = Engines(tmp_path_factory.mktemp("engines"))
+    yield found
+    found.close()
+
+
+def engine_config(base: Config, engines: Engines, name: str, prefix: str) -> Config:
+    """``base`` pointed at a fresh index pair (``prefix``) on the real ``name`` engine."""
+    url = engines.url(name)
+    return base.replace(backend=name, opensearch_prefix=prefix, **{f"{name}_url": url})
+
+
+def drop_indices(config: Config) -> None:
+    """Delete the index pair of ``config`` (a test's own prefix) from its engine."""
+    from bertknn_search.backends.dialects import dialect
+    from bertknn_search.backends.engine_bodies import index_names
+
+    client = dialect(config.backend).client(config)
+    try:
+        client.indices.delete(index=",".join(index_names(config.opensearch_prefix).values()))
+    except Exception:
+        pass
+    finally:
+        client.close()
+
+
+@pytest.fixture(params=ENGINE_NAMES)
+def engine_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def cluster_config(base_config: Config, engines: Engines, engine_name: str) -> Iterator[Config]:
+    """Settings for an empty index pair on a real engine (each test runs on OpenSearch and Elasticsearch)."""
+    import uuid
+
+    config = engine_config(base_config, engines, engine_name, f"bertknn-test-{uuid.uuid4().hex[:10]}")
+    yield config
+    drop_indices(config)
+
+
+@pytest.fixture
+def make_cluster_config(base_config: Config, engines: Engines) -> Iterator[Any]:
+    """A factory: ``make(name)`` is settings for an empty index pair on engine ``name``, dropped after."""
+    import uuid
+
+    made: list[Config] = []
+
+    def make(name: str) -> Config:
+        made.append(engine_config(base_config, engines, name, f"bertknn-test-{uuid.uuid4().hex[:10]}"))
+        return made[-1]
+
+    yield make
+    for config in made:
+        drop_indices(config)

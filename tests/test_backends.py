@@ -1,17 +1,13 @@
-"""Parity: the same ingest + questions through both backends give the same answers.
+"""Parity: the same ingest + questions through the embedded backend and a real engine give the same answers.
 
-Against a live cluster when ``OPENSEARCH_URL`` is set. Otherwise the OpenSearch side is osmem-server (an
-in-memory OpenSearch look-alike) wrapped by ``KnnScoringClient``, which answers the one request osmem
-rejects, the k-NN score script, from the vectors the backend sent in its bulk requests. The backend code,
-its request bodies and its response parsing are the real ones either way; what only a live cluster checks
-is the server side: Lucene's BM25 ranking and the k-NN plugin's scoring (see the README).
+Each test runs twice, on a real OpenSearch node (with the k-NN plugin) and a real Elasticsearch node that
+the session starts from Maven jars (``conftest.Engines``), or on the clusters at ``OPENSEARCH_URL`` /
+``ELASTICSEARCH_URL``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,100 +16,22 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bertknn_search.backends import opensearch as opensearch_module
-from bertknn_search.backends import opensearch_bodies as bodies
-from bertknn_search.backends.opensearch import OpenSearchBackend
-from bertknn_search.backends.opensearch_client import RetryPolicy, make_client
+from bertknn_search.backends.engine import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Question
 from bertknn_search.search import Scored, Searcher
 
-LIVE = bool(os.environ.get("OPENSEARCH_URL"))
 TOLERANCE = 1e-4
 QUESTION = "Many people in [MASK] knew Zorblat.\n"
 
 
-class KnnScoringClient:
-    """An opensearch-py client for osmem that also serves ``script_score`` with ``knn_score`` (l2).
-
-    Scores are computed as the k-NN plugin does for l2, 1 / (1 + d²) in float32, over the docs osmem
-    returns for the script's filter query, sorted by the request's sort. ``vectors`` is shared by every
-    client of one server: the backend opens a new client per command.
-    """
-
-    def __init__(self, inner: Any, vectors: dict[tuple[str, str], np.ndarray]) -> None:
-        self._inner = inner
-        self._vectors = vectors
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def bulk(self, body: str, **kwargs: Any) -> Any:
-        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
-        for action, source in zip(lines[::2], lines[1::2]):
-            meta = action.get("index") or {}
-            if "vector" in source:
-                self._vectors[(meta["_index"], meta["_id"])] = np.asarray(source["vector"], np.float32)
-        return self._inner.bulk(body=body, **kwargs)
-
-    def search(self, index: str, body: dict[str, Any], **kwargs: Any) -> Any:
-        scripted = body.get("query", {}).get("script_score")
-        if scripted is None:
-            return self._inner.search(index=index, body=body, **kwargs)
-        params = scripted["script"]["params"]
-        assert scripted["script"]["source"] == "knn_score" and params["space_type"] == "l2"
-        query = np.asarray(params["query_value"], np.float32)
-        candidates = self._inner.search(
-            index=index, body={"size": 10_000, "query": scripted["query"], "_source": body["_source"]}
-        )["hits"]["hits"]
-        hits = []
-        for hit in candidates:
-            d2 = np.sum((self._vectors[(index, hit["_id"])] - query) ** 2, dtype=np.float32)
-            hits.append({**hit, "_score": float(np.float32(1.0) / (np.float32(1.0) + d2))})
-        keys = [next(iter(s)) for s in body["sort"]]
-        assert keys == ["_score", "article_id", "sentence_id", "start"], keys
-        hits.sort(key=lambda h: (-h["_score"], *(h["_source"][key] for key in keys[1:])))
-        return {"hits": {"hits": hits[: body["size"]]}}
-
-
 @pytest.fixture
-def opensearch_config(base_config: Config, monkeypatch: pytest.MonkeyPatch) -> Iterator[Config]:
-    """Settings for an empty OpenSearch index pair: on the live cluster, or osmem + the k-NN wrapper."""
-    prefix = f"bertknn-parity-{uuid.uuid4().hex[:10]}"
-    if LIVE:
-        config = Config.from_env(
-            backend="opensearch", opensearch_prefix=prefix, model=base_config.model, device="cpu"
-        ).replace(batch_size=base_config.batch_size, max_length=base_config.max_length)
-        yield config
-        client = make_client(config)
-        client.indices.delete(index=",".join(bodies.index_names(prefix).values()), ignore_unavailable=True)
-        client.close()
-        return
-    osmem_server = pytest.importorskip(
-        "osmem_server", reason="osmem-server not installed: OpenSearch parity tests skipped"
-    )
-    monkeypatch.setattr(OpenSearchBackend, "retry", RetryPolicy(attempts=2, initial_backoff=0, max_backoff=0))
-    real_make_client, vectors = opensearch_module.make_client, {}
-    monkeypatch.setattr(
-        opensearch_module, "make_client", lambda c: KnnScoringClient(real_make_client(c), vectors)
-    )
-    try:
-        server = osmem_server.OsmemServer.start(japanese=False, addr="127.0.0.1:0", startup_timeout=10)
-    except osmem_server.OsmemError as exc:
-        pytest.skip(f"osmem-server cannot start ({exc}): OpenSearch parity tests skipped")
-    try:
-        yield base_config.replace(backend="opensearch", opensearch_url=server.url, opensearch_prefix=prefix)
-    finally:
-        server.close(grace=2)
-
-
-@pytest.fixture
-def both(built_index: Config, opensearch_config: Config, corpus: Path) -> Iterator[tuple[Searcher, Searcher]]:
+def both(built_index: Config, cluster_config: Config, corpus: Path) -> Iterator[tuple[Searcher, Searcher]]:
     """Searchers over the same corpus: embedded (the session's index) and OpenSearch (ingested here)."""
-    ingest(corpus, opensearch_config, progress=False)
-    embedded, opensearch = Searcher.open(built_index), Searcher.open(opensearch_config)
+    ingest(corpus, cluster_config, progress=False)
+    embedded, opensearch = Searcher.open(built_index), Searcher.open(cluster_config)
     yield embedded, opensearch
     embedded.close()
     opensearch.close()
@@ -175,26 +93,26 @@ def test_same_rankings_and_evidence_on_both_backends(
 
 @pytest.mark.opensearch
 def test_added_article_answers_the_same_on_both_backends(
-    index_copy: Config, opensearch_config: Config, corpus: Path, tmp_path: Path
+    index_copy: Config, cluster_config: Config, corpus: Path, tmp_path: Path
 ) -> None:
-    ingest(corpus, opensearch_config, progress=False)
+    ingest(corpus, cluster_config, progress=False)
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     text = "Zyxa Qorv was born in {town}. Zyxa Qorv worked as a baker in {town}."
     for path, town in ((first, "Tallinn"), (second, "Quenton")):
         path.write_text(
             json.dumps({"id": "new-1", "title": "Zyxa Qorv", "text": text.format(town=town)}) + "\n"
         )
-    for config in (index_copy, opensearch_config):
+    for config in (index_copy, cluster_config):
         assert add_articles(first, config, progress=False).articles == 1
         assert add_articles(second, config, progress=False).articles == 1  # a new text replaces the old
     q = [Question("Zyxa Qorv was born in [MASK].", "Zyxa Qorv")]
-    embedded, opensearch = Searcher.open(index_copy), Searcher.open(opensearch_config)
+    embedded, opensearch = Searcher.open(index_copy), Searcher.open(cluster_config)
     try:
         e_stats, o_stats = embedded.backend.stats(), opensearch.backend.stats()
         assert (e_stats.articles, e_stats.contexts) == (o_stats.articles, o_stats.contexts)
         # Counted on the server, not from the article docs: no context of the replaced text is left.
         backend = opensearch.backend
-        assert isinstance(backend, OpenSearchBackend)
+        assert isinstance(backend, EngineBackend)
         response = backend.client.search(
             index=backend.names["contexts"],
             body={"size": 1000, "query": {"term": {"article_id": "new-1"}}, "_source": ["generation"]},
@@ -215,18 +133,19 @@ def test_added_article_answers_the_same_on_both_backends(
 
 @pytest.mark.opensearch
 def test_cli_gives_the_same_answers_on_both_backends(
-    base_config: Config, opensearch_config: Config, corpus: Path, tmp_path: Path
+    base_config: Config, cluster_config: Config, corpus: Path, tmp_path: Path
 ) -> None:
     """The CLI flags reach the backend: ingest, stats and query through ``bertknn-search`` on each."""
+    engine = cluster_config.backend
     flags = {
         "embedded": ["--index", str(tmp_path / "index")],
         "opensearch": [
             "--backend",
-            "opensearch",
-            "--opensearch-url",
-            str(opensearch_config.opensearch_url),
-            "--opensearch-prefix",
-            opensearch_config.opensearch_prefix,
+            engine,
+            f"--{engine}-url",
+            str(getattr(cluster_config, f"{engine}_url")),
+            "--index-prefix",
+            cluster_config.opensearch_prefix,
         ],
     }
     answers, stats = {}, {}
@@ -243,7 +162,7 @@ def test_cli_gives_the_same_answers_on_both_backends(
         stats["opensearch"]["contexts"],
         stats["opensearch"]["articles"],
     )
-    assert stats["opensearch"]["backend"] == "opensearch"
+    assert stats["opensearch"]["backend"] == engine
     assert [x["id"] for x in a["articles"]] == [x["id"] for x in b["articles"]]
     assert len(a["articles"]) == 3 and a["n_neighbors"] == b["n_neighbors"] > 0
     for ranking in ("bert_knn", "knn", "bert"):
@@ -263,9 +182,9 @@ def cli(*args: str, input: str | None = None) -> Any:
 
 @pytest.mark.opensearch
 def test_a_lazy_opensearch_index_answers_as_the_eager_embedded_one(
-    built_index: Config, opensearch_config: Config, corpus: Path, facts: list[Fact]
+    built_index: Config, cluster_config: Config, corpus: Path, facts: list[Fact]
 ) -> None:
-    lazy_config = opensearch_config.replace(contexts="lazy", exact=True)
+    lazy_config = cluster_config.replace(contexts="lazy", exact=True)
     ingest(corpus, lazy_config, progress=False)
     qs = questions(facts)
     embedded, lazy = Searcher.open(built_index), Searcher.open(lazy_config)
@@ -297,7 +216,7 @@ def test_a_lazy_opensearch_index_answers_as_the_eager_embedded_one(
         lazy.close()
 
 
-def _texts(store: OpenSearchBackend, ids: list[str]) -> list[tuple[Any, str]]:
+def _texts(store: EngineBackend, ids: list[str]) -> list[tuple[Any, str]]:
     docs = store._mget(ids, ["title", "text", "fingerprint"], realtime=True)
     from bertknn_search.records import Article
 
@@ -319,11 +238,11 @@ def _encoded(searcher: Searcher, todo: list[tuple[Any, str]], config: Config) ->
 
 @pytest.mark.opensearch
 def test_partial_answers_grow_alike_on_both_backends(
-    base_config: Config, opensearch_config: Config, corpus: Path, facts: list[Fact], tmp_path: Path
+    base_config: Config, cluster_config: Config, corpus: Path, facts: list[Fact], tmp_path: Path
 ) -> None:
     """A budget encodes the same rows on both backends, their coverage grows alike to the whole article."""
     embedded_config = base_config.replace(index=tmp_path / "lazy", contexts="lazy", budget=7)
-    opensearch_lazy = opensearch_config.replace(contexts="lazy", budget=7)
+    opensearch_lazy = cluster_config.replace(contexts="lazy", budget=7)
     for config in (embedded_config, opensearch_lazy):
         ingest(corpus, config, progress=False)
     q = Question(f"{facts[0].person.title()} was born in [MASK].", facts[0].person.title())

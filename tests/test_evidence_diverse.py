@@ -14,7 +14,6 @@ from bertknn_search.evidence import diverse_order
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
-from tests.test_backends import opensearch_config  # noqa: F401  (a fixture)
 
 SAME = "Ostrel Vanmark was born in Quillon."
 OTHER = "Ostrel Vanmark grew up in Quillon near the river."
@@ -64,14 +63,11 @@ def test_diverse_evidence_shows_the_repeat_once_then_the_distinct_sentence(embed
     assert Config().evidence == "diverse"
 
 
-def test_diverse_evidence_on_opensearch(
-    ostrel_corpus: tuple[Path, Path],
-    opensearch_config: Config,  # noqa: F811
-) -> None:
-    # OpenSearch keeps vectors out of _source: the evidence step encodes the candidates' sentences again.
-    # All five articles are searched: osmem's BM25 (bleve's) ranks the copies above the own article.
+def test_diverse_evidence_on_an_engine(ostrel_corpus: tuple[Path, Path], cluster_config: Config) -> None:
+    # The engines keep vectors out of _source: the evidence step encodes the candidates' sentences again.
+    # All five articles are searched, so that the answer does not hang on how BM25 ranks the copies.
     model, corpus = ostrel_corpus
-    config = opensearch_config.replace(model=str(model), n_articles=5)
+    config = cluster_config.replace(model=str(model), n_articles=5)
     ingest(corpus, config, progress=False)
     assert _evidence(config, "nearest") == [("Copy 1", SAME), ("Copy 2", SAME), ("Copy 3", SAME)]
     assert _evidence(config, "diverse") == [("Copy 1", SAME), ("Ostrel Vanmark", OTHER)]

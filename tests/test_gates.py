@@ -18,7 +18,6 @@ from bertknn_search.gates import ALWAYS, confidence, learn_thresholds, retrieves
 from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
-from tests.test_backends import opensearch_config  # noqa: F401  (a fixture)
 from tests.test_eval_datasets import write_jsonl
 
 KB = Question("Zorblat was born in [MASK].", "Zorblat")
@@ -115,14 +114,13 @@ POP_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["embedded", "opensearch"])
-def test_both_backends_store_an_articles_popularity(
-    base_config: Config, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+@pytest.mark.parametrize("backend", ["embedded", "opensearch", "elasticsearch"])
+def test_every_backend_stores_an_articles_popularity(
+    base_config: Config, tmp_path: Path, backend: str, make_cluster_config: Any
 ) -> None:
-
     config = base_config.replace(index=tmp_path / "idx")
-    if backend == "opensearch":
-        config = request.getfixturevalue("opensearch_config")
+    if backend != "embedded":
+        config = make_cluster_config(backend)
     ingest(write_jsonl(tmp_path / "pop.jsonl", POP_ROWS), config, progress=False)
     assert_pop_rows_popularity(config)
 
@@ -266,12 +264,12 @@ def test_an_index_built_before_article_popularity_still_opens(index_copy: Config
     db.close()
 
 
-def test_an_opensearch_index_made_before_popularity_takes_one(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+def test_an_engine_index_made_before_popularity_takes_one(
+    tmp_path: Path, cluster_config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bertknn_search.backends import opensearch_bodies as bodies
+    from bertknn_search.backends import engine_bodies as bodies
 
-    config = request.getfixturevalue("opensearch_config")
+    config = cluster_config
     without, with_it = POP_ROWS[1:], POP_ROWS[:1]
     real = bodies.load_mapping
 

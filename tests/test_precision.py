@@ -212,10 +212,12 @@ def test_the_ingest_says_what_it_encodes_in(base_config: Config, corpus: Path, t
 
 
 def test_opensearch_meta_carries_the_precision() -> None:
-    from bertknn_search.backends import opensearch_bodies as bodies
+    from bertknn_search.backends import engine_bodies as bodies
 
     meta = IndexMeta("bert-base-uncased", 11, 8, 30522, "single-wordpiece", precision="int8")
-    made = bodies.create_bodies(meta)
+    from bertknn_search.backends.dialects import dialect
+
+    made = dialect("opensearch").create_bodies(bodies.meta_doc(meta), meta.dim)
     names = {"articles": "p-articles", "contexts": "p-contexts"}
     response = {names[kind]: {"mappings": made[kind]["mappings"]} for kind in ("articles", "contexts")}
     assert bodies.meta_from_mappings(response, names, "here").precision == "int8"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,14 +17,17 @@ from bertknn_search.encoder import Encoder
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.records import Article, Question
 from bertknn_search.search import Searcher
-from tests.test_backends import opensearch_config  # noqa: F401  (the fixture)
 
 QUERY = "Zorblat worked as a painter in the north"
 
 
-@pytest.fixture(params=["embedded", "lazy", "opensearch"])
+@pytest.fixture(params=["embedded", "lazy", "opensearch", "elasticsearch"])
 def index(
-    request: pytest.FixtureRequest, built_index: Config, corpus: Path, tmp_path: Path
+    request: pytest.FixtureRequest,
+    built_index: Config,
+    corpus: Path,
+    tmp_path: Path,
+    make_cluster_config: Any,
 ) -> Iterator[Config]:
     """A private index of the test corpus, one per backend kind."""
     if request.param == "embedded":
@@ -33,7 +37,7 @@ def index(
     if request.param == "lazy":
         config = built_index.replace(index=tmp_path / "lazy", contexts="lazy")
     else:
-        config = request.getfixturevalue("opensearch_config")
+        config = make_cluster_config(request.param)
     ingest(corpus, config, progress=False)
     yield config
 

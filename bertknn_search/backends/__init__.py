@@ -16,15 +16,15 @@ def open_backend(config: Config, create: IndexMeta | None = None, for_writing: b
     """Open the index ``config`` names; with ``create``, make it (or check it matches) first.
 
     ``for_writing`` (implied by ``create``) fails at once where the embedded index cannot be written;
-    an OpenSearch cluster reports its permissions on the first write.
+    an OpenSearch or Elasticsearch cluster reports its permissions on the first write.
 
     Raises:
         IndexNotFoundError, IndexCorruptError, IndexMismatchError, BackendError.
     """
-    if config.backend == "opensearch":
-        from bertknn_search.backends.opensearch import OpenSearchBackend
+    if config.backend != "embedded":  # a search engine: one layer, the engine's dialect inside it
+        from bertknn_search.backends.engine import EngineBackend
 
-        return OpenSearchBackend.create(config, create) if create else OpenSearchBackend.open(config)
+        return EngineBackend.create(config, create) if create else EngineBackend.open(config)
     from bertknn_search.backends.embedded import EmbeddedBackend
 
     if create:

@@ -1,10 +1,11 @@
-"""OpenSearchBackend: articles (BM25) and their contexts (k-NN vectors) in two OpenSearch indices.
+"""EngineBackend: articles (BM25) and their contexts (vectors) in two indices of OpenSearch or Elasticsearch.
 
 Visibility: an article's contexts are written under a new generation (``<id>:<fingerprint>``) first, then
 its article doc naming that generation, then older generations are deleted. Readers look the generation
 up in the article doc and filter on it, so an article is never half-visible and a replaced article never
-mixes old and new contexts. Request bodies live in ``opensearch_bodies``, connections in
-``opensearch_client``.
+mixes old and new contexts. Shared request bodies live in ``engine_bodies``, retries and messages in
+``engine_client``; what the two engines do differently (their client, vector mapping and kNN bodies) is
+the ``dialects`` module's.
 """
 
 from __future__ import annotations
@@ -15,21 +16,11 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from opensearchpy import OpenSearch
-from opensearchpy.exceptions import NotFoundError, RequestError
-from opensearchpy.helpers import streaming_bulk
 
-from bertknn_search.backends import opensearch_bodies as bodies
+from bertknn_search.backends import engine_bodies as bodies
 from bertknn_search.backends.base import check_meta, extrapolate
-from bertknn_search.backends.opensearch_client import (
-    RetryPolicy,
-    bulk_error_message,
-    call,
-    is_transient,
-    make_client,
-    one_line,
-    public_url,
-)
+from bertknn_search.backends.dialects import Dialect, dialect
+from bertknn_search.backends.engine_client import RetryPolicy, bulk_error_message, call, public_url
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, ConfigError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import (
@@ -53,15 +44,15 @@ GENERATION_RETRIES = 3  # searches of one kNN query while the articles it search
 BULK_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
 
 
-class OpenSearchBackend:
-    """The OpenSearch backend: ``<prefix>-articles`` and ``<prefix>-contexts`` on one cluster."""
+class EngineBackend:
+    """The OpenSearch or Elasticsearch backend: ``<prefix>-articles`` and ``<prefix>-contexts`` on a cluster."""
 
-    name = "opensearch"
     retry: ClassVar[RetryPolicy] = RetryPolicy()
 
-    def __init__(self, client: OpenSearch, config: Config, meta: IndexMeta) -> None:
+    def __init__(self, client: Any, config: Config, meta: IndexMeta, engine: Dialect) -> None:
         self.client = client
-        self.url = public_url(config.opensearch_url or "")
+        self.dialect = engine
+        self.url = public_url(engine.connection(config).url or "")
         self.prefix = config.opensearch_prefix
         self.names = bodies.index_names(self.prefix)
         self._meta = meta
@@ -70,21 +61,27 @@ class OpenSearchBackend:
         self._has_popularity = False  # in the articles mapping (read at open; older indexes lack it)
         self._has_parts = False  # the part fields likewise
 
+    @property
+    def name(self) -> str:
+        return self.dialect.name
+
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
-    def create(cls, config: Config, meta: IndexMeta) -> OpenSearchBackend:
+    def create(cls, config: Config, meta: IndexMeta) -> EngineBackend:
         """Create both indices with ``meta`` (those that exist are kept) and open them.
 
         Raises:
             IndexMismatchError: the indices exist and were built with other encoding settings.
             IndexCorruptError, BackendError, ConfigError: see ``open``.
         """
-        client = make_client(config)
-        url = public_url(config.opensearch_url or "")
+        engine = dialect(config.backend)
+        client = engine.client(config)
+        url = public_url(engine.connection(config).url or "")
         names = bodies.index_names(config.opensearch_prefix)
-        for kind, body in bodies.create_bodies(meta).items():
-            call(f"create index {names[kind]}", url, _create_index(client, names[kind], body), cls.retry)
-        backend = cls._open(client, config)
+        for kind, body in engine.create_bodies(bodies.meta_doc(meta), meta.dim).items():
+            create = _create_index(engine, client, names[kind], body)
+            call(f"create index {names[kind]}", url, create, cls.retry, engine)
+        backend = cls._open(client, config, engine)
         try:
             check_meta(backend.meta(), meta, backend.location)
         except IndexMismatchError:
@@ -93,7 +90,7 @@ class OpenSearchBackend:
         return backend
 
     @classmethod
-    def open(cls, config: Config) -> OpenSearchBackend:
+    def open(cls, config: Config) -> EngineBackend:
         """Open existing indices; the caller compares the model and layer with its config.
 
         Raises:
@@ -102,32 +99,33 @@ class OpenSearchBackend:
             BackendError: the cluster cannot be reached or refuses.
             ConfigError: no usable URL or CA file.
         """
-        client = make_client(config)
+        engine = dialect(config.backend)
+        client = engine.client(config)
         try:
-            return cls._open(client, config)
+            return cls._open(client, config, engine)
         except BaseException:
             client.close()
             raise
 
     @classmethod
-    def _open(cls, client: OpenSearch, config: Config) -> OpenSearchBackend:
-        url = public_url(config.opensearch_url or "")
+    def _open(cls, client: Any, config: Config, engine: Dialect) -> EngineBackend:
+        url = public_url(engine.connection(config).url or "")
         names = bodies.index_names(config.opensearch_prefix)
         where = f"{url} ({names['articles']}, {names['contexts']})"
 
         def get_mappings() -> dict[str, Any] | None:
             try:
                 return client.indices.get_mapping(index=",".join(names.values()))
-            except NotFoundError:
+            except engine.not_found:
                 return None
 
-        response = call("read the index mappings", url, get_mappings, cls.retry)
+        response = call("read the index mappings", url, get_mappings, cls.retry, engine)
         if response is None or not all(name in response for name in names.values()):
             raise IndexNotFoundError(
                 f"no bertknn-search index at {where}; build one with"
-                " 'bertknn-search ingest wiki --backend opensearch' or check --opensearch-prefix"
+                f" 'bertknn-search ingest wiki --backend {engine.name}' or check --index-prefix"
             )
-        backend = cls(client, config, bodies.meta_from_mappings(response, names, where))
+        backend = cls(client, config, bodies.meta_from_mappings(dict(response), names, where), engine)
         articles = response[names["articles"]].get("mappings", {}).get("properties", {})
         backend._has_popularity = "popularity" in articles
         backend._has_parts = "partial" in articles
@@ -147,7 +145,7 @@ class OpenSearchBackend:
     ) -> None:
         """Write or replace ``items``; each article becomes visible whole, and is when this returns.
 
-        ``ir_fields`` is not used: the cluster analyses the text itself.
+        ``ir_fields`` is not used: the engine is sent the shared terms and indexes them itself.
 
         Raises:
             IndexMismatchError: an article's vectors do not have the index dimension.
@@ -168,22 +166,12 @@ class OpenSearchBackend:
         )
         self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
         # Only now do article docs point readers at the new generation, whose contexts are all searchable.
-        self._bulk("write articles", lambda: (bodies.article_action(i, articles) for i in latest))
+        extra = self.dialect.article_fields
+        self._bulk("write articles", lambda: (bodies.article_action(i, articles, extra) for i in latest))
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
-        result = self._call(
-            "delete replaced contexts",
-            lambda: self.client.delete_by_query(
-                index=contexts, body=bodies.stale_contexts_query(latest), refresh=True, conflicts="proceed"
-            ),
-        )
-        if result.get("failures"):
-            raise BackendError(
-                one_line(
-                    f"OpenSearch at {self.url} could not delete the replaced contexts of"
-                    f" {len(latest)} articles ({result['failures'][0]}); the new articles are visible,"
-                    " run the add again to remove the leftovers"
-                )
-            )
+        # A failure here leaves the new articles visible and settled False: the next run of the add
+        # redoes them and removes the leftovers.
+        self._delete_where("delete replaced contexts", contexts, bodies.stale_contexts_query(latest))
         # Settled: a resumed ingest may skip these articles now (it redoes unsettled ones).
         self._bulk("mark articles settled", lambda: (bodies.settle_action(i, articles) for i in latest))
 
@@ -213,20 +201,19 @@ class OpenSearchBackend:
         if not ids:
             return 0
         query = {"query": {"terms": {"article_id": ids}}}
-        result = self._call(
-            "delete the contexts of deleted articles",
-            lambda: self.client.delete_by_query(
-                index=contexts, body=query, refresh=True, conflicts="proceed"
-            ),
-        )
-        if result.get("failures"):
-            raise BackendError(
-                one_line(
-                    f"OpenSearch at {self.url} could not delete the contexts of {len(ids)} deleted articles"
-                    f" ({result['failures'][0]}); the articles are gone, run the delete again to remove them"
-                )
-            )
+        self._delete_where("delete the contexts of deleted articles", contexts, query)
         return len(stored)
+
+    def _delete_where(self, what: str, index: str, query: dict[str, Any]) -> None:
+        """Delete every doc of ``index`` that ``query`` matches: its ids by a scroll, then bulk deletes.
+
+        Not delete-by-query: that lives in a module (reindex) an engine may lack, and this way a
+        failure is retried and reported like every other bulk write. Running it again finishes it.
+        """
+        ids = self._call(what, lambda: list(self.dialect.scan_ids(self.client, index, query)))
+        if ids:
+            self._bulk(what, lambda: ({"_op_type": "delete", "_index": index, "_id": i} for i in ids))
+            self._call(f"refresh {index}", lambda: self.client.indices.refresh(index=index))
 
     def _check_dim(self, item: EncodedArticle) -> None:
         shape = None if item.contexts is None else item.contexts.vectors.shape
@@ -334,11 +321,8 @@ class OpenSearchBackend:
         stale = [i for i in latest if i not in fresh]
         if stale:
             gens = sorted(bodies.generation(i.article.id, i.fingerprint) for i in stale)
-            self._call(
-                "delete contexts of replaced texts",
-                lambda: self.client.delete_by_query(
-                    index=contexts, body={"query": {"terms": {"generation": gens}}}, refresh=True
-                ),
+            self._delete_where(
+                "delete contexts of replaced texts", contexts, {"query": {"terms": {"generation": gens}}}
             )
         return len(fresh)
 
@@ -369,7 +353,7 @@ class OpenSearchBackend:
         """Add the part fields to an articles index made before them (see ``_ensure_popularity_field``)."""
         if self._has_parts:
             return
-        properties = bodies.load_mapping("articles")["mappings"]["properties"]
+        properties = bodies.load_mapping(f"{self.name}-articles")["mappings"]["properties"]
         body = {"properties": {name: properties[name] for name in bodies.PART_FIELDS}}
         name, put = self.names["articles"], self.client.indices.put_mapping
         self._call("add the part fields", lambda: put(index=name, body=body))
@@ -382,8 +366,8 @@ class OpenSearchBackend:
             ConfigError: always.
         """
         raise ConfigError(
-            f"--cache-size is for the embedded backend; the OpenSearch index at {self.location} keeps"
-            " every context it encodes (drop --cache-size)"
+            f"--cache-size is for the embedded backend; the {self.dialect.title} index at {self.location}"
+            " keeps every context it encodes (drop --cache-size)"
         )
 
     def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]]) -> None:
@@ -395,7 +379,7 @@ class OpenSearchBackend:
 
         def send() -> tuple[int, list[dict[str, Any]]]:
             total, failures = 0, []
-            for ok, item in streaming_bulk(
+            for ok, item in self.dialect.streaming_bulk(
                 self.client,
                 actions(),
                 chunk_size=BULK_CHUNK,
@@ -410,9 +394,9 @@ class OpenSearchBackend:
             return total, failures
 
         # 429s were already retried inside streaming_bulk; retrying them here too would square the attempts.
-        total, failures = self._call(what, send, transient=lambda e: is_transient(e) and _status(e) != 429)
+        total, failures = self._call(what, send, retry_429=False)
         if failures:
-            raise BackendError(bulk_error_message(what, self.url, failures, total))
+            raise BackendError(bulk_error_message(self.dialect.title, what, self.url, failures, total))
 
     def _enter_bulk_mode(self) -> None:
         if self._restore is not None:
@@ -467,7 +451,7 @@ class OpenSearchBackend:
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""
-        body = bodies.search_body(query, n)
+        body = bodies.search_body(query, n, self.dialect.bigram_field)
         if body is None:
             return []
         response = self._call(
@@ -487,7 +471,7 @@ class OpenSearchBackend:
         """
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if article_ids is None:
-            response = self._search_contexts(bodies.knn_approx_body(query, k))
+            response = self._search_contexts(self.dialect.knn_approx_body(query, k))
             found = sorted({h["_source"]["article_id"] for h in response["hits"]["hits"]})
             return bodies.parse_neighbors(response, k, set(self._generations(found).values()))
         ids = sorted(set(article_ids))
@@ -496,7 +480,7 @@ class OpenSearchBackend:
             if not generations:
                 return Neighbors.empty()
             searched = set(generations.values())
-            response = self._search_contexts(bodies.knn_exact_body(query, k, sorted(searched)))
+            response = self._search_contexts(self.dialect.knn_exact_body(query, k, sorted(searched)))
             # An add replaces an article doc first and deletes the old contexts after: if no article
             # changed while we searched, the generations we filtered on were all there, whole.
             generations = self._generations(ids)
@@ -530,11 +514,8 @@ class OpenSearchBackend:
             chunk = list(ids[start : start + MGET_CHUNK])
             response = self._call(
                 "read articles",
-                lambda chunk=chunk: self.client.mget(
-                    index=self.names["articles"],
-                    body={"ids": chunk},
-                    _source_includes=source,
-                    realtime=realtime,
+                lambda chunk=chunk: self.dialect.mget(
+                    self.client, self.names["articles"], chunk, source, realtime
                 ),
             )
             out.update({d["_id"]: d["_source"] for d in response["docs"] if d.get("found")})
@@ -593,22 +574,17 @@ class OpenSearchBackend:
         finally:
             self.client.close()
 
-    def _call(
-        self, what: str, fn: Callable[[], T], transient: Callable[[BaseException], bool] = is_transient
-    ) -> T:
-        return call(what, self.url, fn, self.retry, transient)
+    def _call(self, what: str, fn: Callable[[], T], retry_429: bool = True) -> T:
+        return call(what, self.url, fn, self.retry, self.dialect, retry_429)
 
 
-def _create_index(client: OpenSearch, name: str, body: dict[str, Any]) -> Callable[[], None]:
+def _create_index(engine: Dialect, client: Any, name: str, body: dict[str, Any]) -> Callable[[], None]:
     def create() -> None:
         try:
             client.indices.create(index=name, body=body)
-        except RequestError as exc:
-            if exc.error != "resource_already_exists_exception":  # made by us before, or by a racing add
+        except engine.errors as exc:
+            # Made by us before, or by a racing add: the caller then checks its metadata.
+            if engine.error_type(exc) != "resource_already_exists_exception":
                 raise
 
     return create
-
-
-def _status(exc: BaseException) -> object:
-    return getattr(exc, "status_code", None)

@@ -1,10 +1,13 @@
-"""OpenSearch request bodies and response parsing for the OpenSearch backend: pure functions, no I/O."""
+"""Request bodies and response parsing shared by the OpenSearch and Elasticsearch backends: no I/O.
+
+What differs between the two engines (the vector mapping, the kNN bodies) is in ``dialects``.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from importlib.resources import files
 from typing import Any
@@ -32,33 +35,16 @@ def index_names(prefix: str) -> dict[str, str]:
     return {kind: f"{prefix}-{kind}" for kind in KINDS}
 
 
-def load_mapping(kind: str) -> dict[str, Any]:
-    """The create-index body shipped in ``mappings/<kind>.json`` (settings + mappings)."""
-    text = files("bertknn_search.mappings").joinpath(f"{kind}.json").read_text(encoding="utf-8")
+def load_mapping(name: str) -> dict[str, Any]:
+    """The create-index body shipped in ``mappings/<name>.json`` (settings + mappings), e.g.
+    ``opensearch-articles``."""
+    text = files("bertknn_search.mappings").joinpath(f"{name}.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 
 def meta_doc(meta: IndexMeta) -> dict[str, Any]:
     """The ``_meta`` object both indices carry: the IndexMeta fields and the schema version."""
     return {"schema_version": SCHEMA_VERSION, **asdict(meta)}
-
-
-# Why mappings/contexts.json looks as it does:
-# - Restricted kNN (the normal, IR-first mode) never touches the HNSW graph: the k-NN score script reads
-#   each candidate's vector from doc values (float32) and computes the true l2 distance, so it is exact
-#   whatever the graph holds. Its cost grows with the contexts of the top-N articles only.
-# - The graph serves the no-IR mode alone. faiss HNSW (m=16) with the ``sq`` fp16 encoder keeps 2 bytes
-#   per dimension in native memory plus about 2·m·4 bytes of links: ~1.7 KB per context at dim 768, half
-#   of a float32 graph. The vectors sent are float16 values, so fp16 encoding loses nothing.
-# - ``_source`` excludes the vector: nothing reads it back, and JSON floats would triple the disk.
-# On disk a context costs ~3 KB of float32 doc values + ~1.7 KB of graph + a few small fields.
-def create_bodies(meta: IndexMeta) -> dict[str, dict[str, Any]]:
-    """Create-index bodies for both indices, with ``_meta`` and the vector dimension filled in."""
-    out = {kind: load_mapping(kind) for kind in KINDS}
-    for body in out.values():
-        body["mappings"]["_meta"] = meta_doc(meta)
-    out["contexts"]["mappings"]["properties"]["vector"]["dimension"] = meta.dim
-    return out
 
 
 def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: str) -> IndexMeta:
@@ -118,9 +104,16 @@ def stored_vectors(vectors: np.ndarray, store_dtype: str) -> np.ndarray:
     return codec.decode(codec.encode(vectors, store_dtype), n, dim, store_dtype)
 
 
-def article_action(item: EncodedArticle, index: str) -> dict[str, Any]:
-    """The bulk action writing an article doc (``_id`` = article id, so a re-write replaces it)."""
+def article_action(
+    item: EncodedArticle, index: str, extra: Callable[[list[str]], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The bulk action writing an article doc (``_id`` = article id, so a re-write replaces it).
+
+    Args:
+        extra: the dialect's own fields of the doc, from its IR terms (``Dialect.article_fields``).
+    """
     art, block = item.article, item.contexts
+    terms = tokenize(document_text(art.title, art.text))
     source = {
         "id": art.id,
         "title": art.title,
@@ -129,7 +122,8 @@ def article_action(item: EncodedArticle, index: str) -> dict[str, Any]:
         "settled": False,
         "n_chars": len(art.text),
         # Pre-tokenised with the shared terms: the index only splits on whitespace.
-        "terms": " ".join(tokenize(document_text(art.title, art.text))),
+        "terms": " ".join(terms),
+        **(extra(terms) if extra else {}),
     }
     if art.popularity is not None:
         source["popularity"] = art.popularity
@@ -239,14 +233,18 @@ def stale_contexts_query(items: Sequence[EncodedArticle]) -> dict[str, Any]:
     }
 
 
-def search_body(query: str, n: int) -> dict[str, Any] | None:
-    """BM25 over unigrams + bigrams of the shared terms; ties by id. None when the query has no terms."""
+def search_body(query: str, n: int, bigram_field: str = "terms.bigrams") -> dict[str, Any] | None:
+    """BM25 over unigrams + bigrams of the shared terms; ties by id. None when the query has no terms.
+
+    Args:
+        bigram_field: where the engine's articles hold their bigrams (``Dialect.bigram_field``).
+    """
     unigrams, bigrams = query_terms(query)
     should = []
     if unigrams:
         should.append({"match": {"terms": " ".join(unigrams)}})
     if bigrams:
-        should.append({"match": {"terms.bigrams": " ".join(bigrams)}})
+        should.append({"match": {bigram_field: " ".join(bigrams)}})
     if not should:
         return None
     return {
@@ -264,37 +262,6 @@ def title_body(title: str, n: int = 1) -> dict[str, Any]:
         "query": {"term": {"title.key": title.strip().lower()}},
         "sort": [{"id": "asc"}],
         "_source": ["title", "popularity"],
-    }
-
-
-def knn_exact_body(vector: np.ndarray, k: int, generations: Sequence[str]) -> dict[str, Any]:
-    """Exact kNN: the k-NN score script (brute force, l2) over the contexts of ``generations`` only."""
-    return {
-        "size": k,
-        "track_total_hits": False,
-        "query": {
-            "script_score": {
-                "query": {"bool": {"filter": [{"terms": {"generation": list(generations)}}]}},
-                "script": {
-                    "source": "knn_score",
-                    "lang": "knn",
-                    "params": {"field": "vector", "query_value": _floats(vector), "space_type": "l2"},
-                },
-            }
-        },
-        "sort": TIE_ORDER,
-        "_source": CONTEXT_SOURCE,
-    }
-
-
-def knn_approx_body(vector: np.ndarray, k: int) -> dict[str, Any]:
-    """Approximate kNN (the HNSW graph) over every context: the no-IR mode."""
-    return {
-        "size": k,
-        "track_total_hits": False,
-        "query": {"knn": {"vector": {"vector": _floats(vector), "k": k}}},
-        "sort": TIE_ORDER,
-        "_source": CONTEXT_SOURCE,
     }
 
 
@@ -376,7 +343,7 @@ def parse_articles(response: dict[str, Any]) -> list[ArticleHit]:
 
 
 def squared_distances(scores: np.ndarray) -> np.ndarray:
-    """Squared L2 distances from OpenSearch l2 scores, which are 1 / (1 + d²)."""
+    """Squared L2 distances from l2 kNN scores, which are 1 / (1 + d²) on both engines."""
     return (1.0 / np.asarray(scores, dtype=np.float64) - 1.0).clip(min=0.0).astype(np.float32)
 
 
@@ -409,7 +376,7 @@ def parse_neighbors(response: dict[str, Any], k: int, current: set[str] | None =
     )
 
 
-def _floats(vector: np.ndarray) -> list[float]:
+def floats(vector: np.ndarray) -> list[float]:
     # float32 values as Python floats: JSON carries them exactly, and the server parses them back to the
     # same float32 numbers the embedded backend computes with.
     return np.asarray(vector, dtype=np.float32).reshape(-1).tolist()
