@@ -1,8 +1,9 @@
-"""OpenSearchBackend against osmem-server (an in-memory OpenSearch look-alike) and a mocked client.
+"""EngineBackend on real OpenSearch and Elasticsearch nodes, and on a mocked client for exact call sequences.
 
-osmem has no k-NN scoring (see /work/shared/notes/opensearch-test-standins.md), so kNN and the retry
-paths run on a mocked client; everything else runs on osmem. The live cluster tests are in
-``test_opensearch_live.py``.
+Writes, metadata, replacement, settings restore and bulk errors run on both real engines (``cluster_config``
+is parametrized over them); the order of requests in a kNN query and the retry paths run on a mocked
+OpenSearch client, where a fault can be injected at an exact request. Node loss and refused writes on
+real clusters are in ``test_engine_faults.py``; exactness in ``test_engine_exact.py``.
 """
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from opensearchpy import JSONSerializer, OpenSearch
+from opensearchpy import JSONSerializer
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 
-from bertknn_search.backends import opensearch as opensearch_module
-from bertknn_search.backends import opensearch_bodies as bodies
-from bertknn_search.backends.opensearch import OpenSearchBackend
-from bertknn_search.backends.opensearch_client import RetryPolicy
+from bertknn_search.backends import engine as engine_module
+from bertknn_search.backends import engine_bodies as bodies
+from bertknn_search.backends.dialects import OpenSearchDialect, dialect
+from bertknn_search.backends.engine import EngineBackend
+from bertknn_search.backends.engine_client import RetryPolicy
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
+from tests.conftest import drop_indices, engine_config
 
 META = IndexMeta("tiny-bert", 4, 8, 100, "single-wordpiece")
 NO_WAIT = RetryPolicy(attempts=3, initial_backoff=0, max_backoff=0)
@@ -54,72 +57,91 @@ ARTICLES = [
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries without waiting: no test sleeps."""
-    monkeypatch.setattr(OpenSearchBackend, "retry", NO_WAIT)
+    monkeypatch.setattr(EngineBackend, "retry", NO_WAIT)
 
 
-# -- osmem ----------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def osmem() -> Iterator[Any]:
-    """One osmem-server process for the session, killed at the end."""
-    osmem_server = pytest.importorskip(
-        "osmem_server",
-        reason="osmem-server not installed (pip install osmem-server): OpenSearch fake tests skipped",
-    )
-    try:
-        server = osmem_server.OsmemServer.start(japanese=False, addr="127.0.0.1:0", startup_timeout=10)
-    except osmem_server.OsmemError as exc:
-        pytest.skip(f"osmem-server cannot start ({exc}): OpenSearch fake tests skipped")
-    yield server
-    server.close(grace=2)
+# -- real engines ---------------------------------------------------------------------------------
+@pytest.fixture
+def config(engines: Any, engine_name: str) -> Iterator[Config]:
+    """An empty index pair ``bk-*`` on a real engine (each test runs on OpenSearch and Elasticsearch)."""
+    made = engine_config(Config(), engines, engine_name, "bk")
+    drop_indices(made)
+    yield made
+    drop_indices(made)
 
 
 @pytest.fixture
-def config(osmem: Any) -> Iterator[Config]:
-    """A Config pointing at a fresh, empty clone of the osmem cluster."""
-    with osmem.clone() as clone:
-        yield Config(backend="opensearch", opensearch_url=clone.url, opensearch_prefix="bk")
-
-
-@pytest.fixture
-def backend(config: Config) -> Iterator[OpenSearchBackend]:
-    made = OpenSearchBackend.create(config, META)
+def backend(config: Config) -> Iterator[EngineBackend]:
+    made = EngineBackend.create(config, META)
     yield made
     made.close()
 
 
-def raw(config: Config) -> OpenSearch:
-    return OpenSearch(hosts=[config.opensearch_url])
+def raw(config: Config) -> Any:
+    """The engine's own client, for looking behind the backend's back."""
+    return dialect(config.backend).client(config)
+
+
+def connection_error(config: Config) -> Exception:
+    """What the engine's client raises when a connection drops."""
+    if config.backend == "elasticsearch":
+        from elastic_transport import ConnectionError as ESConnectionError
+
+        return ESConnectionError("connection reset by peer")
+    return OSConnectionError("N/A", "connection reset", OSError("reset by peer"))
+
+
+def patch_bulk(monkeypatch: pytest.MonkeyPatch, backend: EngineBackend, bulk: Any) -> None:
+    """Route the backend's bulk requests through ``bulk``.
+
+    Elasticsearch's helpers send through ``client.options()``, a copy of the client: it is made to
+    return the patched client itself.
+    """
+    monkeypatch.setattr(backend.client, "bulk", bulk)
+    if backend.name == "elasticsearch":
+        monkeypatch.setattr(backend.client, "options", lambda **kw: backend.client)
+
+
+def url(config: Config) -> str:
+    return str(getattr(config, f"{config.backend}_url"))
+
+
+def names(config: Config) -> dict[str, str]:
+    return bodies.index_names(config.opensearch_prefix)
 
 
 def context_ids(config: Config) -> list[str]:
-    response = raw(config).search(index="bk-contexts", body={"size": 1000, "query": {"match_all": {}}})
+    client = raw(config)
+    client.indices.refresh(index=names(config)["contexts"])
+    body = {"size": 1000, "query": {"match_all": {}}}
+    response = client.search(index=names(config)["contexts"], body=body)
     return sorted(h["_id"] for h in response["hits"]["hits"])
 
 
 def test_create_writes_meta_and_open_reads_it(config: Config) -> None:
-    OpenSearchBackend.create(config, META).close()
-    opened = OpenSearchBackend.open(config)
+    EngineBackend.create(config, META).close()
+    opened = EngineBackend.open(config)
     assert opened.meta() == META
     mappings = raw(config).indices.get_mapping(index="bk-articles,bk-contexts")
-    assert mappings["bk-contexts"]["mappings"]["properties"]["vector"]["dimension"] == 8
+    vector = mappings["bk-contexts"]["mappings"]["properties"]["vector"]
+    assert vector.get("dimension", vector.get("dims")) == 8
     assert mappings["bk-articles"]["mappings"]["_meta"] == bodies.meta_doc(META)
     assert mappings["bk-contexts"]["mappings"]["_meta"] == bodies.meta_doc(META)
     opened.close()
 
 
-def test_create_again_keeps_the_data(backend: OpenSearchBackend, config: Config) -> None:
+def test_create_again_keeps_the_data(backend: EngineBackend, config: Config) -> None:
     backend.add_articles(ARTICLES)
-    again = OpenSearchBackend.create(config, META)
+    again = EngineBackend.create(config, META)
     assert again.stats().articles == 3
     again.close()
 
 
-def test_create_with_other_meta_is_a_mismatch(backend: OpenSearchBackend, config: Config) -> None:
+def test_create_with_other_meta_is_a_mismatch(backend: EngineBackend, config: Config) -> None:
     with pytest.raises(IndexMismatchError) as info:
-        OpenSearchBackend.create(config, IndexMeta("tiny-bert", 5, 8, 100, "single-wordpiece"))
+        EngineBackend.create(config, IndexMeta("tiny-bert", 5, 8, 100, "single-wordpiece"))
     assert str(info.value) == (
-        f"index at {config.opensearch_url}/bk-* was built with layer=4, not 5; use the index's layer or a new"
-        " --index"
+        f"index at {url(config)}/bk-* was built with layer=4, not 5; use the index's layer or a new --index"
     )
 
 
@@ -127,7 +149,7 @@ def test_open_without_indices_is_not_found(config: Config) -> None:
     with pytest.raises(
         IndexNotFoundError, match=r"no bertknn-search index at .*\(bk-articles, bk-contexts\)"
     ):
-        OpenSearchBackend.open(config)
+        EngineBackend.open(config)
 
 
 def test_open_foreign_indices_is_corrupt(config: Config) -> None:
@@ -135,24 +157,24 @@ def test_open_foreign_indices_is_corrupt(config: Config) -> None:
     client.indices.create(index="bk-articles", body={"mappings": {"properties": {"id": {"type": "keyword"}}}})
     client.indices.create(index="bk-contexts", body={"mappings": {"properties": {"id": {"type": "keyword"}}}})
     with pytest.raises(IndexCorruptError, match="no bertknn-search metadata"):
-        OpenSearchBackend.open(config)
+        EngineBackend.open(config)
 
 
-def test_add_twice_gives_the_same_counts(backend: OpenSearchBackend, config: Config) -> None:
+def test_add_twice_gives_the_same_counts(backend: EngineBackend, config: Config) -> None:
     backend.add_articles(ARTICLES)
     first = backend.stats()
     backend.add_articles(ARTICLES)
     second = backend.stats()
     assert (first.articles, first.sentences, first.contexts) == (3, 6, 9)
     assert (second.articles, second.sentences, second.contexts) == (3, 6, 9)
-    assert second.backend == "opensearch"
+    assert second.backend == config.backend
     assert second.bytes_on_disk > 0
     assert context_ids(config) == sorted(
         [f"1:a1:{r}" for r in range(3)] + [f"2:a2:{r}" for r in range(2)] + [f"3:a3:{r}" for r in range(4)]
     )
 
 
-def test_replacing_an_article_removes_its_old_contexts(backend: OpenSearchBackend, config: Config) -> None:
+def test_replacing_an_article_removes_its_old_contexts(backend: EngineBackend, config: Config) -> None:
     backend.add_articles(ARTICLES)
     backend.add_articles([article("1", "Zorbland", "Zorbland is a republic.", 2, "b1", seed=9)])
     assert backend.fingerprints(["1", "2", "404"]) == {"1": "b1", "2": "a2"}
@@ -160,13 +182,13 @@ def test_replacing_an_article_removes_its_old_contexts(backend: OpenSearchBacken
     assert backend.stats().contexts == 8
 
 
-def test_last_copy_of_an_id_in_one_batch_wins(backend: OpenSearchBackend, config: Config) -> None:
+def test_last_copy_of_an_id_in_one_batch_wins(backend: EngineBackend, config: Config) -> None:
     backend.add_articles([ARTICLES[0], article("1", "Zorbland", "Again.", 1, "c1")])
     assert backend.fingerprints(["1"]) == {"1": "c1"}
     assert context_ids(config) == ["1:c1:0"]
 
 
-def test_reads(backend: OpenSearchBackend) -> None:
+def test_reads(backend: EngineBackend) -> None:
     backend.add_articles([*ARTICLES, article("0", "quimby", "A second Quimby, a village.", 1, "z0")])
     own = float("inf")
     assert backend.find_titles("QUIMBY", 3) == [
@@ -185,9 +207,8 @@ def test_reads(backend: OpenSearchBackend) -> None:
     ]
 
 
-def test_search_articles(backend: OpenSearchBackend) -> None:
+def test_search_articles(backend: EngineBackend) -> None:
     backend.add_articles(ARTICLES)
-    # osmem's BM25 is bleve's, not Lucene's: only clear-cut rankings are checked here.
     hits = backend.search_articles("Which river flows through [MASK]?", 3)
     assert [h.id for h in hits] == ["3"]
     assert [h.id for h in backend.search_articles("harbour", 3)] == ["2"]
@@ -195,7 +216,7 @@ def test_search_articles(backend: OpenSearchBackend) -> None:
     assert backend.search_articles("unknownword", 3) == []
 
 
-def test_wrong_vector_dimension_writes_nothing(backend: OpenSearchBackend) -> None:
+def test_wrong_vector_dimension_writes_nothing(backend: EngineBackend) -> None:
     bad = article("9", "Nine", "Nine.", 2, "n9")
     bad = EncodedArticle(bad.article, ContextBlock.empty(4, ["x"]), "n9")
     with pytest.raises(IndexMismatchError, match="has vectors of shape"):
@@ -205,26 +226,25 @@ def test_wrong_vector_dimension_writes_nothing(backend: OpenSearchBackend) -> No
 
 def test_bulk_rejection_is_one_line_and_hides_the_article(config: Config) -> None:
     # An index whose mapping disagrees with its _meta: the server rejects every context.
-    made = bodies.create_bodies(META)
-    made["contexts"]["mappings"]["properties"]["vector"]["dimension"] = 4
+    made = dialect(config.backend).create_bodies(bodies.meta_doc(META), 4)
     client = raw(config)
     for kind, name in bodies.index_names("bk").items():
         client.indices.create(index=name, body=made[kind])
-    backend = OpenSearchBackend.open(config)
+    backend = EngineBackend.open(config)
     with pytest.raises(BackendError) as info:
         backend.add_articles([ARTICLES[0]])
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
-        f"OpenSearch at {config.opensearch_url} rejected 3 of 3 documents while trying to write contexts"
-        " (first: index '1:a1:0', status 400, mapper_parsing_exception:"
+        f"{dialect(config.backend).title} at {url(config)} rejected 3 of 3 documents while trying to write"
+        " contexts (first: index '1:a1:0', status 400, "
     )
-    assert "Vector dimension mismatch" in message
+    assert "dimension" in message.lower()
     assert backend.fingerprints(["1"]) == {}
     backend.close()
 
 
-def test_bulk_settings_are_applied_then_restored(backend: OpenSearchBackend, config: Config) -> None:
+def test_bulk_settings_are_applied_then_restored(backend: EngineBackend, config: Config) -> None:
     def index_settings() -> dict[str, Any]:
         return raw(config).indices.get_settings(index="bk-contexts")["bk-contexts"]["settings"]["index"]
 
@@ -240,38 +260,38 @@ def test_bulk_settings_are_applied_then_restored(backend: OpenSearchBackend, con
 
 @pytest.mark.reliability
 def test_settings_survive_an_add_that_died_in_bulk_mode(config: Config) -> None:
-    first = OpenSearchBackend.create(config, META)
+    first = EngineBackend.create(config, META)
     raw(config).indices.put_settings(index="bk-articles", body={"index": {"number_of_replicas": 2}})
     first.add_articles(ARTICLES[:1])
     first.client.close()  # the process dies: close() never restores
     stuck = raw(config).indices.get_settings(index="bk-articles")["bk-articles"]["settings"]["index"]
     assert (stuck["refresh_interval"], stuck["number_of_replicas"]) == ("-1", "0")
 
-    second = OpenSearchBackend.open(config)
+    second = EngineBackend.open(config)
     second.add_articles(ARTICLES[1:2])
     second.close()
     after = raw(config).indices.get_settings(index="bk-articles")["bk-articles"]["settings"]["index"]
     assert after["number_of_replicas"] == "2" and after.get("refresh_interval") != "-1"
     meta = raw(config).indices.get_mapping(index="bk-articles")["bk-articles"]["mappings"]["_meta"]
     assert bodies.RESTORE_KEY not in meta
-    assert OpenSearchBackend.open(config).meta() == META
+    assert EngineBackend.open(config).meta() == META
 
 
 @pytest.mark.reliability
 def test_bulk_cut_half_way_is_resent_without_duplicates(
-    backend: OpenSearchBackend, config: Config, monkeypatch: pytest.MonkeyPatch
+    backend: EngineBackend, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(opensearch_module, "BULK_CHUNK", 2)  # 9 contexts -> 5 bulk requests
+    monkeypatch.setattr(engine_module, "BULK_CHUNK", 2)  # 9 contexts -> 5 bulk requests
     real_bulk = backend.client.bulk
     calls = {"n": 0}
 
     def flaky_bulk(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 3:  # two chunks are already stored when the connection drops
-            raise OSConnectionError("N/A", "connection reset", OSError("reset by peer"))
+            raise connection_error(config)
         return real_bulk(*args, **kwargs)
 
-    monkeypatch.setattr(backend.client, "bulk", flaky_bulk)
+    patch_bulk(monkeypatch, backend, flaky_bulk)
     backend.add_articles(ARTICLES)
     assert len(context_ids(config)) == len(set(context_ids(config))) == 9
     assert backend.stats().contexts == 9
@@ -279,21 +299,22 @@ def test_bulk_cut_half_way_is_resent_without_duplicates(
 
 @pytest.mark.reliability
 def test_add_that_gave_up_can_be_run_again(
-    backend: OpenSearchBackend, config: Config, monkeypatch: pytest.MonkeyPatch
+    backend: EngineBackend, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(opensearch_module, "BULK_CHUNK", 2)
+    monkeypatch.setattr(engine_module, "BULK_CHUNK", 2)
     real_bulk = backend.client.bulk
     calls = {"n": 0}
 
     def dying_bulk(*args: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] >= 2:
-            raise OSConnectionError("N/A", "connection refused", OSError("refused"))
+            raise connection_error(config)
         return real_bulk(*args, **kwargs)
 
-    monkeypatch.setattr(backend.client, "bulk", dying_bulk)
+    patch_bulk(monkeypatch, backend, dying_bulk)
+    title = dialect(config.backend).title
     with pytest.raises(
-        BackendError, match=r"^cannot reach OpenSearch at .* to write contexts after 3 attempts"
+        BackendError, match=rf"^cannot reach {title} at .* to write contexts after 3 attempts"
     ):
         backend.add_articles(ARTICLES)
     assert context_ids(config) and backend.fingerprints(["1", "2", "3"]) == {}  # stored, but invisible
@@ -304,18 +325,22 @@ def test_add_that_gave_up_can_be_run_again(
 
 @pytest.mark.reliability
 def test_leftovers_of_a_failed_cleanup_are_removed_by_running_again(
-    backend: OpenSearchBackend, config: Config, monkeypatch: pytest.MonkeyPatch
+    backend: EngineBackend, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend.add_articles(ARTICLES[:1])
-    real_delete = backend.client.delete_by_query
-    monkeypatch.setattr(backend.client, "delete_by_query", lambda **kw: {"failures": [{"cause": "busy"}]})
+    real_scan = backend.dialect.scan_ids
+
+    def unreachable(*args: Any) -> Any:
+        raise connection_error(config)
+
+    monkeypatch.setattr(backend.dialect, "scan_ids", unreachable)
     replaced = article("1", "Zorbland", "Zorbland is a republic.", 2, "b1", seed=9)
-    with pytest.raises(BackendError, match="could not delete the replaced contexts"):
+    with pytest.raises(BackendError, match="to delete replaced contexts after 3 attempts"):
         backend.add_articles([replaced])
     assert context_ids(config) == ["1:a1:0", "1:a1:1", "1:a1:2", "1:b1:0", "1:b1:1"]
     # The new version is visible but not settled, so a resumed ingest does it again instead of skipping.
     assert backend.fingerprints(["1"]) == {}
-    monkeypatch.setattr(backend.client, "delete_by_query", real_delete)
+    monkeypatch.setattr(backend.dialect, "scan_ids", real_scan)
     backend.add_articles([replaced])
     assert context_ids(config) == ["1:b1:0", "1:b1:1"]
     assert backend.fingerprints(["1"]) == {"1": "b1"}
@@ -329,10 +354,10 @@ def test_overlapping_adds_leave_the_restore_record_to_the_last_one(
         s = raw(config).indices.get_settings(index="bk-articles")["bk-articles"]["settings"]["index"]
         return s.get("refresh_interval"), s["number_of_replicas"]
 
-    a = OpenSearchBackend.create(config, META)
+    a = EngineBackend.create(config, META)
     raw(config).indices.put_settings(index="bk-articles", body={"index": {"number_of_replicas": 2}})
     a.add_articles(ARTICLES[:1])  # a enters bulk mode and records replicas 2
-    b = OpenSearchBackend.open(config)
+    b = EngineBackend.open(config)
     real_get_mapping = a.client.indices.get_mapping
 
     def b_enters_meanwhile(**kwargs: Any) -> Any:
@@ -344,7 +369,7 @@ def test_overlapping_adds_leave_the_restore_record_to_the_last_one(
     a.close()  # the record is b's now: a leaves it
     assert settings() == ("-1", "0")
     b.client.close()  # b dies in bulk mode
-    later = OpenSearchBackend.open(config)
+    later = EngineBackend.open(config)
     later.add_articles(ARTICLES[2:3])
     later.close()
     assert settings()[1] == "2" and settings()[0] != "-1"
@@ -355,7 +380,7 @@ SECRET = "s3cret-pw"
 
 
 @pytest.fixture
-def mocked() -> OpenSearchBackend:
+def mocked() -> EngineBackend:
     config = Config(
         backend="opensearch",
         opensearch_url="https://search.example.org:9200",
@@ -365,7 +390,7 @@ def mocked() -> OpenSearchBackend:
     )
     client = mock.MagicMock()
     client.transport.serializer = JSONSerializer()  # streaming_bulk serialises through it
-    return OpenSearchBackend(client, config, META)
+    return EngineBackend(client, config, META, OpenSearchDialect())
 
 
 def mget_response(fingerprints: dict[str, str]) -> dict[str, Any]:
@@ -386,7 +411,7 @@ def knn_hit(article_id: str, d2: float, sentence: int, start: int, token: int, g
     return {"_score": float(np.float32(1 / (1 + d2))), "_source": source}
 
 
-def test_knn_filters_on_the_generations_of_the_article_docs(mocked: OpenSearchBackend) -> None:
+def test_knn_filters_on_the_generations_of_the_article_docs(mocked: EngineBackend) -> None:
     mocked.client.mget.return_value = mget_response({"1": "a1", "3": "a3"})
     mocked.client.search.return_value = {
         "hits": {"hits": [knn_hit("3", 0.5, 0, 0, 7, "3:a3"), knn_hit("1", 2.0, 1, 4, 8, "1:a1")]}
@@ -399,7 +424,7 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: OpenSearchBa
         index="bk-articles", body={"ids": ["1", "3", "404"]}, _source_includes=["fingerprint"], realtime=False
     )
     mocked.client.search.assert_called_once_with(
-        index="bk-contexts", body=bodies.knn_exact_body(query, 2, ["1:a1", "3:a3"])
+        index="bk-contexts", body=mocked.dialect.knn_exact_body(query, 2, ["1:a1", "3:a3"])
     )
     assert got.article_ids == ["3", "1"]
     np.testing.assert_allclose(got.distances, [0.5, 2.0], rtol=1e-6)
@@ -407,7 +432,7 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: OpenSearchBa
 
 
 @pytest.mark.reliability
-def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: OpenSearchBackend) -> None:
+def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: EngineBackend) -> None:
     # Read "1:a1", search (an add deletes 1:a1 meanwhile: nothing found), read "1:b1", search again.
     mocked.client.mget.side_effect = [
         mget_response({"1": "a1"}),
@@ -427,7 +452,7 @@ def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: OpenS
     assert got.token_ids.tolist() == [7]
 
 
-def test_knn_replaced_on_every_try_keeps_what_it_searched(mocked: OpenSearchBackend) -> None:
+def test_knn_replaced_on_every_try_keeps_what_it_searched(mocked: EngineBackend) -> None:
     mocked.client.mget.side_effect = [mget_response({"1": f"g{i}"}) for i in range(7)]
     mocked.client.search.side_effect = [
         {"hits": {"hits": [knn_hit("1", 0.5, 0, 0, 7, f"1:g{i}")]}} for i in range(3)
@@ -437,13 +462,13 @@ def test_knn_replaced_on_every_try_keeps_what_it_searched(mocked: OpenSearchBack
     assert got.token_ids.tolist() == [7]  # the hits of the last search, under the generation it asked for
 
 
-def test_knn_with_no_known_article_asks_nothing(mocked: OpenSearchBackend) -> None:
+def test_knn_with_no_known_article_asks_nothing(mocked: EngineBackend) -> None:
     mocked.client.mget.return_value = {"docs": [{"_id": "404", "found": False}]}
     assert len(mocked.knn(np.zeros(8), 5, ["404"])) == 0
     mocked.client.search.assert_not_called()
 
 
-def test_knn_without_ir_is_approximate_and_drops_stale_generations(mocked: OpenSearchBackend) -> None:
+def test_knn_without_ir_is_approximate_and_drops_stale_generations(mocked: EngineBackend) -> None:
     mocked.client.search.return_value = {
         "hits": {"hits": [knn_hit("1", 0.1, 0, 0, 5, "1:old"), knn_hit("1", 0.3, 0, 3, 6, "1:a1")]}
     }
@@ -465,7 +490,7 @@ def test_knn_without_ir_is_approximate_and_drops_stale_generations(mocked: OpenS
         TransportError(503, "unavailable", "no cluster manager"),
     ],
 )
-def test_transient_faults_are_retried(mocked: OpenSearchBackend, fault: Exception) -> None:
+def test_transient_faults_are_retried(mocked: EngineBackend, fault: Exception) -> None:
     ok = {"hits": {"hits": [{"_id": "2", "_score": 1.5, "_source": {"title": "Quimby"}}]}}
     mocked.client.search.side_effect = [fault, fault, ok]
     assert mocked.search_articles("Quimby harbour", 3) == [ArticleHit("2", "Quimby", 1.5)]
@@ -474,7 +499,7 @@ def test_transient_faults_are_retried(mocked: OpenSearchBackend, fault: Exceptio
 
 
 @pytest.mark.reliability
-def test_giving_up_is_one_line_without_secrets(mocked: OpenSearchBackend) -> None:
+def test_giving_up_is_one_line_without_secrets(mocked: EngineBackend) -> None:
     mocked.client.search.side_effect = OSConnectionError("N/A", "refused", OSError("Connection refused"))
     with pytest.raises(BackendError) as info:
         mocked.search_articles("Quimby", 3)
@@ -487,7 +512,7 @@ def test_giving_up_is_one_line_without_secrets(mocked: OpenSearchBackend) -> Non
 
 
 @pytest.mark.reliability
-def test_bad_requests_are_not_retried(mocked: OpenSearchBackend) -> None:
+def test_bad_requests_are_not_retried(mocked: EngineBackend) -> None:
     mocked.client.search.side_effect = TransportError(
         400,
         "search_phase_execution_exception",
@@ -503,9 +528,9 @@ def test_bad_requests_are_not_retried(mocked: OpenSearchBackend) -> None:
 
 
 @pytest.mark.reliability
-def test_bulk_500_then_success_is_retried(mocked: OpenSearchBackend) -> None:
+def test_bulk_500_then_success_is_retried(mocked: EngineBackend) -> None:
     mocked.client.indices.get_settings.return_value = {}
-    mocked.client.delete_by_query.return_value = {"failures": []}
+    mocked.client.search.return_value = {"_scroll_id": "s", "hits": {"hits": []}}  # no stale contexts
     replies: list[Any] = [TransportError(500, "internal", "boom")]
 
     def bulk(body: str, **kwargs: Any) -> dict[str, Any]:
@@ -522,9 +547,6 @@ def test_bulk_500_then_success_is_retried(mocked: OpenSearchBackend) -> None:
     assert '"_id":"1:a1:0"' in sent[1]
     assert sent[2].startswith('{"index":{"_id":"1","_index":"bk-articles"}}\n{"id":"1",')
     assert sent[3] == '{"update":{"_id":"1","_index":"bk-articles"}}\n{"doc":{"settled":true}}\n'
-    mocked.client.delete_by_query.assert_called_once_with(
-        index="bk-contexts",
-        body=bodies.stale_contexts_query([ARTICLES[0]]),
-        refresh=True,
-        conflicts="proceed",
-    )
+    scanned = mocked.client.search.call_args.kwargs
+    assert scanned["index"] == "bk-contexts"
+    assert scanned["body"]["query"] == bodies.stale_contexts_query([ARTICLES[0]])["query"]

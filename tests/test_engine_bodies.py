@@ -11,14 +11,9 @@ from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 
 from bertknn_search.backends import codec
-from bertknn_search.backends import opensearch_bodies as bodies
-from bertknn_search.backends.opensearch_client import (
-    bulk_error_message,
-    describe,
-    is_transient,
-    make_client,
-    public_url,
-)
+from bertknn_search.backends import engine_bodies as bodies
+from bertknn_search.backends.dialects import ElasticsearchDialect, OpenSearchDialect
+from bertknn_search.backends.engine_client import bulk_error_message, describe, is_transient, public_url
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError, IndexCorruptError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
@@ -58,20 +53,24 @@ def test_index_names() -> None:
     assert bodies.index_names("bk") == NAMES
 
 
+OPENSEARCH, ELASTICSEARCH = OpenSearchDialect(), ElasticsearchDialect()
+
+
+def create_bodies(meta: IndexMeta) -> dict:
+    return OPENSEARCH.create_bodies(bodies.meta_doc(meta), meta.dim)
+
+
 def test_create_bodies_fill_dimension_and_meta() -> None:
-    made = bodies.create_bodies(META)
+    made = create_bodies(META)
+    # The lucene engine: pure Java, so it runs where the k-NN plugin's native faiss library is missing.
     assert made["contexts"]["mappings"]["properties"]["vector"] == {
         "type": "knn_vector",
         "dimension": 8,
         "method": {
             "name": "hnsw",
             "space_type": "l2",
-            "engine": "faiss",
-            "parameters": {
-                "m": 16,
-                "ef_construction": 128,
-                "encoder": {"name": "sq", "parameters": {"type": "fp16"}},
-            },
+            "engine": "lucene",
+            "parameters": {"m": 16, "ef_construction": 128},
         },
     }
     assert made["contexts"]["settings"] == {"index": {"knn": True, "knn.algo_param.ef_search": 256}}
@@ -79,11 +78,48 @@ def test_create_bodies_fill_dimension_and_meta() -> None:
     assert made["articles"]["mappings"]["_meta"] == META_DOC
     assert made["contexts"]["mappings"]["_meta"] == META_DOC
     # The shipped file keeps its placeholder: every create starts from a fresh copy.
-    assert bodies.load_mapping("contexts")["mappings"]["properties"]["vector"]["dimension"] is None
+    assert bodies.load_mapping("opensearch-contexts")["mappings"]["properties"]["vector"]["dimension"] is None
+
+
+def test_elasticsearch_bodies_keep_float_vectors_and_send_bigrams() -> None:
+    made = ELASTICSEARCH.create_bodies(bodies.meta_doc(META), 8)
+    # flat, not the default int8_hnsw: float32 vectors, brute force, so a filtered knn is exact.
+    assert made["contexts"]["mappings"]["properties"]["vector"] == {
+        "type": "dense_vector",
+        "dims": 8,
+        "index": True,
+        "similarity": "l2_norm",
+        "index_options": {"type": "flat"},
+    }
+    assert made["articles"]["mappings"]["_meta"] == META_DOC
+    terms = made["articles"]["mappings"]["properties"]
+    assert terms["terms"]["analyzer"] == terms["bigrams"]["analyzer"] == "whitespace"
+    assert ELASTICSEARCH.article_fields(["albert", "einstein", "ulm"]) == {
+        "bigrams": "albert_einstein einstein_ulm"
+    }
+    source = bodies.article_action(encoded(), "a", ELASTICSEARCH.article_fields)["_source"]
+    assert source["bigrams"].split() == [
+        f"{a}_{b}" for a, b in zip(source["terms"].split(), source["terms"].split()[1:])
+    ]
+    assert bodies.search_body("Albert Einstein", 3, ELASTICSEARCH.bigram_field)["query"]["bool"]["should"][
+        1
+    ] == {"match": {"bigrams": "albert_einstein"}}
+
+
+def test_elasticsearch_knn_body_is_filtered_and_asks_for_spare_hits() -> None:
+    body = ELASTICSEARCH.knn_exact_body(np.array([0.5, 2.0], dtype=np.float32), 4, ["1:a"])
+    assert body["knn"] == {
+        "field": "vector",
+        "query_vector": [0.5, 2.0],
+        "k": 36,
+        "num_candidates": 36,
+        "filter": {"terms": {"generation": ["1:a"]}},
+    }
+    assert "filter" not in ELASTICSEARCH.knn_approx_body(np.ones(2), 4)["knn"]
 
 
 def test_articles_mapping_indexes_the_shared_terms() -> None:
-    body = bodies.create_bodies(META)["articles"]
+    body = create_bodies(META)["articles"]
     index = body["settings"]["index"]
     assert index["number_of_shards"] == 1
     assert index["codec"] == "best_compression"  # the stored text (_source) DEFLATE-compressed
@@ -276,7 +312,7 @@ def test_title_body() -> None:
 
 def test_knn_exact_body_filters_on_generations() -> None:
     vector = np.array([0.5, -1, 0, 0, 0, 0, 0, 2], dtype=np.float32)
-    assert bodies.knn_exact_body(vector, 4, ["1:a", "2:b"]) == {
+    assert OPENSEARCH.knn_exact_body(vector, 4, ["1:a", "2:b"]) == {
         "size": 4,
         "track_total_hits": False,
         "query": {
@@ -299,7 +335,7 @@ def test_knn_exact_body_filters_on_generations() -> None:
 
 
 def test_knn_approx_body() -> None:
-    assert bodies.knn_approx_body(np.ones(2, dtype=np.float16), 5) == {
+    assert OPENSEARCH.knn_approx_body(np.ones(2, dtype=np.float16), 5) == {
         "size": 5,
         "track_total_hits": False,
         "query": {"knn": {"vector": {"vector": [1.0, 1.0], "k": 5}}},
@@ -412,7 +448,7 @@ def test_bulk_error_message_is_one_line() -> None:
             },
         }
     }
-    assert bulk_error_message("write contexts", "http://h:9200", [failure], 5) == (
+    assert bulk_error_message("OpenSearch", "write contexts", "http://h:9200", [failure], 5) == (
         "OpenSearch at http://h:9200 rejected 1 of 5 documents while trying to write contexts (first: index"
         " '42:fp1:0', status 400, mapper_parsing_exception: failed to parse field [vector]"
         " (illegal_argument_exception: Vector dimension mismatch)); those articles were not written"
@@ -427,11 +463,15 @@ def test_public_url_drops_credentials() -> None:
 
 def test_make_client_needs_a_url(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="set OPENSEARCH_URL or --opensearch-url"):
-        make_client(Config(backend="opensearch"))
+        OPENSEARCH.client(Config(backend="opensearch"))
+    with pytest.raises(ConfigError, match="set ELASTICSEARCH_URL or --elasticsearch-url"):
+        ELASTICSEARCH.client(Config(backend="elasticsearch"))
     with pytest.raises(ConfigError, match="must look like http"):
-        make_client(Config(backend="opensearch", opensearch_url="localhost:9200"))
+        OPENSEARCH.client(Config(backend="opensearch", opensearch_url="localhost:9200"))
     with pytest.raises(ConfigError, match="not found"):
-        make_client(Config(opensearch_url="https://h:9200", opensearch_ca=tmp_path / "missing.pem"))
+        OPENSEARCH.client(Config(opensearch_url="https://h:9200", opensearch_ca=tmp_path / "missing.pem"))
+    with pytest.raises(ConfigError, match="not found"):
+        ELASTICSEARCH.client(Config(elasticsearch_url="https://h:9200", elasticsearch_ca=tmp_path / "x.pem"))
 
 
 @pytest.mark.parametrize(
@@ -468,5 +508,29 @@ def test_make_client_needs_a_url(tmp_path: Path) -> None:
     ],
 )
 def test_describe_and_is_transient(exc: Exception, transient: bool, message: str) -> None:
-    assert is_transient(exc) is transient
-    assert describe("search articles", "http://h:9200", exc, 3) == message
+    assert is_transient(exc, OPENSEARCH) is transient
+    assert describe("search articles", "http://h:9200", exc, OPENSEARCH, 3) == message
+
+
+def test_elasticsearch_errors_are_read_alike() -> None:
+    from elastic_transport import (
+        ApiResponseMeta,
+        HttpHeaders,
+        NodeConfig,
+    )
+    from elastic_transport import (
+        ConnectionError as ESConnectionError,
+    )
+    from elasticsearch import ApiError
+
+    meta = ApiResponseMeta(429, "1.1", HttpHeaders(), 0.1, NodeConfig("http", "h", 9200))
+    busy = ApiError("busy", meta, {"error": {"type": "es_rejected", "reason": "queue\nfull"}})
+    assert is_transient(busy, ELASTICSEARCH) and is_transient(ESConnectionError("refused"), ELASTICSEARCH)
+    assert describe("search articles", "http://h:9200", busy, ELASTICSEARCH, 3) == (
+        "Elasticsearch at http://h:9200 failed to search articles after 3 attempts: HTTP 429 es_rejected:"
+        " queue full; the cluster is overloaded:"
+        " run the command again later or give the cluster more resources"
+    )
+    down = describe("search articles", "http://h:9200", ESConnectionError("refused"), ELASTICSEARCH)
+    assert down.startswith("cannot reach Elasticsearch at http://h:9200 to search articles")
+    assert down.endswith("check that the cluster is up and ELASTICSEARCH_URL is right")

@@ -1,29 +1,19 @@
-"""OpenSearchBackend against a real cluster at OPENSEARCH_URL: the k-NN paths no stand-in implements."""
+"""Exact kNN on the real engines: OpenSearch's k-NN score script and Elasticsearch's filtered knn on flat
+vectors give the embedded backend's neighbours, distances and tie order (``cluster_config``: both engines)."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-if not os.environ.get("OPENSEARCH_URL"):
-    pytest.skip(
-        "OPENSEARCH_URL not set: live OpenSearch tests skipped (start one with docker compose up -d)",
-        allow_module_level=True,
-    )
-
 from bertknn_search.backends.blocks import exact_knn
 from bertknn_search.backends.embedded import EmbeddedBackend
-from bertknn_search.backends.opensearch import OpenSearchBackend
-from bertknn_search.backends.opensearch_client import make_client
+from bertknn_search.backends.engine import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
-
-pytestmark = pytest.mark.opensearch_live
 
 META = IndexMeta("tiny-bert", 4, 8, 100, "single-wordpiece")
 
@@ -70,13 +60,11 @@ ARTICLES = [
 
 
 @pytest.fixture
-def backend() -> Iterator[OpenSearchBackend]:
-    config = Config.from_env(backend="opensearch", opensearch_prefix=f"bertknn-test-{uuid.uuid4().hex[:10]}")
-    made = OpenSearchBackend.create(config, META)
+def backend(cluster_config: Config) -> Iterator[EngineBackend]:
+    made = EngineBackend.create(cluster_config, META)
     made.add_articles(ARTICLES)
     yield made
     made.close()
-    make_client(config).indices.delete(index=",".join(made.names.values()))
 
 
 def reference(query: np.ndarray, k: int, items: list[EncodedArticle]):
@@ -98,7 +86,7 @@ def reference(query: np.ndarray, k: int, items: list[EncodedArticle]):
 
 
 @pytest.mark.parametrize("k", [1, 3, 7, 20])
-def test_knn_is_exact(backend: OpenSearchBackend, k: int) -> None:
+def test_knn_is_exact(backend: EngineBackend, k: int) -> None:
     query = np.zeros(8, dtype=np.float32)
     got = backend.knn(query, k, ["1", "2", "3"])
     want = reference(query, k, ARTICLES)
@@ -108,7 +96,7 @@ def test_knn_is_exact(backend: OpenSearchBackend, k: int) -> None:
     assert got.sentence_ids.tolist() == want.sentence_ids.tolist()
 
 
-def test_knn_distances_are_squared_l2(backend: OpenSearchBackend) -> None:
+def test_knn_distances_are_squared_l2(backend: EngineBackend) -> None:
     query = np.array(unit(0, 1.0), dtype=np.float32)
     got = backend.knn(query, 3, ["1"])
     # From (1, 0, ...): itself 0, then (0, 2, 0, ...) at 1 + 4 = 5, (0, 0, 3, ...) at 1 + 9 = 10.
@@ -116,27 +104,27 @@ def test_knn_distances_are_squared_l2(backend: OpenSearchBackend) -> None:
     assert got.token_ids.tolist() == [100, 101, 102]
 
 
-def test_knn_only_sees_the_given_articles(backend: OpenSearchBackend) -> None:
+def test_knn_only_sees_the_given_articles(backend: EngineBackend) -> None:
     got = backend.knn(np.zeros(8, dtype=np.float32), 10, ["2"])
     assert got.article_ids == ["2", "2"]
     np.testing.assert_allclose(got.distances, [0.25, 2.25], rtol=1e-5)
 
 
-def test_replaced_article_shows_only_its_new_contexts(backend: OpenSearchBackend) -> None:
+def test_replaced_article_shows_only_its_new_contexts(backend: EngineBackend) -> None:
     backend.add_articles([article("2", "Quimby", "Quimby, rebuilt.", [unit(5, 0.1)], "b2")])
     got = backend.knn(np.zeros(8, dtype=np.float32), 10, ["2"])
     assert got.token_ids.tolist() == [200]
     np.testing.assert_allclose(got.distances, [0.01], rtol=1e-3)
 
 
-def test_knn_without_ir_finds_the_nearest(backend: OpenSearchBackend) -> None:
+def test_knn_without_ir_finds_the_nearest(backend: EngineBackend) -> None:
     got = backend.knn(np.array(unit(4, 1.5), dtype=np.float32), 2)
     assert got.article_ids[0] == "2"
     assert got.token_ids[0] == 201
     assert got.distances[0] == pytest.approx(0.0, abs=1e-6)
 
 
-def test_search_articles_ranks_like_the_embedded_backend(backend: OpenSearchBackend, tmp_path: Path) -> None:
+def test_search_articles_ranks_like_the_embedded_backend(backend: EngineBackend, tmp_path: Path) -> None:
     embedded = EmbeddedBackend.create(tmp_path / "index", META)
     embedded.add_articles(ARTICLES)
     for query in ["Quimby harbour", "Which river flows through Zorbland?", "capital of Zorbland"]:
@@ -149,7 +137,7 @@ def test_search_articles_ranks_like_the_embedded_backend(backend: OpenSearchBack
     assert backend.search_articles("Quimby harbour", 3)[0].id == "2"
 
 
-def test_stats_and_reads(backend: OpenSearchBackend) -> None:
+def test_stats_and_reads(backend: EngineBackend) -> None:
     stats = backend.stats()
     assert (stats.articles, stats.sentences, stats.contexts) == (3, 6, 7)
     assert [hit.id for hit in backend.find_titles("quimby", 3)] == ["2"]
