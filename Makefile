@@ -5,7 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench browser
+.PHONY: setup demo test lint bench browser engines
 
 # torch goes in with pip, which honours a local wheel (pip's find-links) that uv does not look at; uv
 # then installs the rest in parallel (30 s here where pip took 3-5 min), pip when uv cannot.
@@ -34,9 +34,19 @@ browser:
 			chromium chromium-driver >/dev/null; \
 	else echo "chromium not installed and not installable here (not root, or no apt-get): the browser test will skip"; fi
 
+# The engine tests start real OpenSearch and Elasticsearch nodes from Maven Central jars: they need a JDK
+# (17+) and Maven, installed here when missing (as root with apt-get, as CI runs); elsewhere they skip.
+engines:
+	@if command -v javac >/dev/null && command -v mvn >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing a JDK and Maven for the engine tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			openjdk-17-jdk-headless maven >/dev/null; \
+	else echo "no JDK or Maven and not installable here: the engine tests will skip"; fi
+
 # The docs (docs/, mkdocs.yml) build with --strict: a broken link or anchor, or a page left out of the nav,
 # fails. Quiet unless it fails: mkdocs's own -q would hide the warnings --strict counts (mkdocs#4126).
-test: lint browser
+test: lint browser engines
 	@out=$$($(BIN)/mkdocs build --strict --clean --site-dir site 2>&1) || { echo "$$out"; exit 1; }
 	$(BIN)/python -m pytest -q
 

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bertknn_search import session
+from bertknn_search.cli_engine import engine_group
 from bertknn_search.cli_eval import eval_group
 from bertknn_search.cli_options import (
     FiniteFloat,
@@ -86,6 +87,7 @@ def main() -> None:
 
 # The eval commands live in their own module, which knows nothing of this one.
 main.add_command(eval_group)
+main.add_command(engine_group)
 
 
 @main.group()

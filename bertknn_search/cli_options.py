@@ -69,7 +69,8 @@ backend_options = stacked(
         "opensearch_verify",
         flag_value=False,
         default=None,
-        help="Do not verify the engine's TLS certificate [env OPENSEARCH_VERIFY / ELASTICSEARCH_VERIFY=false].",
+        help="Do not verify the engine's TLS certificate"
+        " [env OPENSEARCH_VERIFY / ELASTICSEARCH_VERIFY=false].",
     ),
     click.option(
         "--index-prefix",

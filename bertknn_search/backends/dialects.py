@@ -8,6 +8,7 @@ else (bulk writes, generations, settle and resume, metadata, article queries, re
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -321,7 +322,7 @@ class ElasticsearchDialect(Dialect):
         vector["dims"] = dim
 
     def article_fields(self, terms: list[str]) -> dict[str, Any]:
-        return {"bigrams": " ".join(f"{a}{BIGRAM_JOIN}{b}" for a, b in zip(terms, terms[1:]))}
+        return {"bigrams": " ".join(f"{a}{BIGRAM_JOIN}{b}" for a, b in itertools.pairwise(terms))}
 
     def knn_exact_body(self, vector: np.ndarray, k: int, generations: Sequence[str]) -> dict[str, Any]:
         return self._knn(vector, k, {"terms": {"generation": list(generations)}})

@@ -45,7 +45,7 @@ BULK_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
 
 
 class EngineBackend:
-    """The OpenSearch or Elasticsearch backend: ``<prefix>-articles`` and ``<prefix>-contexts`` on a cluster."""
+    """The OpenSearch or Elasticsearch backend: ``<prefix>-articles`` and ``<prefix>-contexts``."""
 
     retry: ClassVar[RetryPolicy] = RetryPolicy()
 

@@ -1,4 +1,4 @@
-"""Requests to an engine (OpenSearch or Elasticsearch): retries with backoff, one-line errors without secrets."""
+"""Requests to OpenSearch or Elasticsearch: retries with backoff, one-line errors without secrets."""
 
 from __future__ import annotations
 
@@ -105,7 +105,10 @@ def describe(what: str, url: str, exc: BaseException, engine: Dialect, attempts:
     elif status is not None and status >= 500:
         hint = "check the cluster's health and logs, then run the command again"
     elif status in (401, 403) and "cluster_block_exception" in reason:
-        hint = "the index refuses writes (a write block, or a full disk): free space or lift the block, then run the command again; nothing was lost"
+        hint = (
+            "the index refuses writes (a write block, or a full disk): free space or lift the block,"
+            " then run the command again; nothing was lost"
+        )
     elif status in (401, 403):
         hint = f"check {env}_USER / {env}_PASSWORD and the user's index permissions"
     else:
