@@ -89,3 +89,13 @@ def test_engines_are_required_in_ci() -> None:
     # .ci/run sets it, so that a test needing an engine fails there instead of skipping.
     if os.environ.get("CI"):
         assert REQUIRE_ENGINES
+
+
+def test_docker_compose_and_the_poms_name_the_versions_ci_runs() -> None:
+    root = Path(__file__).resolve().parents[1]
+    compose = (root / "docker-compose.yml").read_text()
+    for name, variable in (("opensearch", "OPENSEARCH_VERSION"), ("elasticsearch", "ELASTICSEARCH_VERSION")):
+        version = engine(name).version
+        assert f"${{{variable}:-{version}}}" in compose, name
+        pom = (root / "engines" / name / "pom.xml").read_text()
+        assert f">{version}<" in pom, name
