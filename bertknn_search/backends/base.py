@@ -177,6 +177,11 @@ class ContextStore(Protocol):
         ...
 
 
+@runtime_checkable
+class Store(Backend, ContextStore, Protocol):
+    """A backend that can also hand out texts and take contexts: what the lazy datastore wraps."""
+
+
 def extrapolate(contexts: int, chars: float, encoded_chars: float, meta: IndexMeta) -> int:
     """Contexts an eager index would hold: the stored count, scaled by text when contexts are lazy."""
     if meta.contexts == "eager":

