@@ -27,6 +27,7 @@ from bertknn_search.cli_options import (
 )
 from bertknn_search.errors import BertKnnError, InputFormatError, Terminated
 from bertknn_search.output import counted
+from bertknn_search.textcheck import check_question
 
 RESUME_HINT = "nothing half-written is kept: run the same command again to resume"
 
@@ -205,6 +206,8 @@ def query(
     asked = [Question(q, subject, popularity, relation) for q in questions] + list(_read_questions(qfile))
     if not asked:
         raise click.UsageError("give a question, or --file with one question per line")
+    for q in asked:  # before the model loads: a malformed question costs nothing
+        check_question(q.text)
     if server:
         from bertknn_search.server import client
 

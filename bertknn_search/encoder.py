@@ -21,9 +21,7 @@ from bertknn_search.errors import ModelLoadError, QuestionError
 from bertknn_search.heads import architectures_have_head, no_head_line
 from bertknn_search.model_lookup import CACHE, HUB, hub_unreachable, locate_model
 from bertknn_search.placement import Placement, place
-from bertknn_search.textcheck import describe_unencodable, first_unencodable
-
-MASK = "[MASK]"
+from bertknn_search.textcheck import MASK, check_question
 
 
 def _first_line(exc: BaseException) -> str:
@@ -326,18 +324,7 @@ class Encoder:
             QuestionError: no [MASK], several, nothing else in the question, or characters that are not
                 text (undecodable bytes given on a command line).
         """
-        text = question.strip()
-        bad = first_unencodable(text)
-        if bad is not None:
-            raise QuestionError(
-                f"the question is not valid text: {describe_unencodable(text, bad, from_bytes=True)}"
-            )
-        count = text.count(MASK)
-        if not text:
-            raise QuestionError("the question is empty; write a sentence with one [MASK]")
-        if count != 1:
-            raise QuestionError(f"the question must contain exactly one {MASK}, found {count}: {text!r}")
-        text = text.replace(MASK, self.tokenizer.mask_token)
+        text = check_question(question).replace(MASK, self.tokenizer.mask_token)
         ids = self.tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"]
         if len(ids) > self.max_length:
             raise QuestionError(f"the question is {len(ids)} tokens long; the model takes {self.max_length}")

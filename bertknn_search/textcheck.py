@@ -1,6 +1,38 @@
-"""Text that UTF-8 cannot encode: lone surrogates, from bad JSON escapes or undecodable argument bytes."""
+"""Checks of text that need no model: text UTF-8 cannot encode (lone surrogates, from bad JSON escapes or
+undecodable argument bytes), and the shape of a cloze question."""
 
 from __future__ import annotations
+
+import re
+
+from bertknn_search.errors import QuestionError
+
+MASK = "[MASK]"
+_MASK_ANY_CASE = re.compile(re.escape(MASK), re.IGNORECASE)
+
+
+def check_question(question: str) -> str:
+    """``question`` stripped, when it is text with exactly one [MASK]; checked before any model loads.
+
+    Raises:
+        QuestionError: undecodable text, empty, no [MASK] (naming a [mask] in another case), or several.
+    """
+    text = question.strip()
+    bad = first_unencodable(text)
+    if bad is not None:
+        raise QuestionError(
+            f"the question is not valid text: {describe_unencodable(text, bad, from_bytes=True)}"
+        )
+    if not text:
+        raise QuestionError("the question is empty; write a sentence with one [MASK]")
+    count = text.count(MASK)
+    if count == 0 and _MASK_ANY_CASE.search(text):
+        found = _MASK_ANY_CASE.search(text)
+        assert found is not None
+        raise QuestionError(f"the question has {found[0]!r}: did you mean {MASK} (upper case)? {text!r}")
+    if count != 1:
+        raise QuestionError(f"the question must contain exactly one {MASK}, found {count}: {text!r}")
+    return text
 
 
 def first_unencodable(text: str) -> int | None:

@@ -1,0 +1,41 @@
+"""A malformed question is refused in one line before any index, model or torch is loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import sys
+from click.testing import CliRunner
+from bertknn_search.cli import main
+r = CliRunner().invoke(main, ["query", *sys.argv[1:], "--index", "/nonexistent/index"])
+print(r.exit_code)
+print(r.output.strip())
+print("torch" in sys.modules, "transformers" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("question", "line"),
+    [
+        ("no mask here", "Error: the question must contain exactly one [MASK], found 0: 'no mask here'"),
+        (
+            "Ulm is where Einstein was born in [mask].",
+            "Error: the question has '[mask]': did you mean [MASK] (upper case)?"
+            " 'Ulm is where Einstein was born in [mask].'",
+        ),
+        (
+            "[MASK] and [MASK]",
+            "Error: the question must contain exactly one [MASK], found 2: '[MASK] and [MASK]'",
+        ),
+        ("   ", "Error: the question is empty; write a sentence with one [MASK]"),
+    ],
+)
+def test_a_bad_question_is_refused_before_anything_loads(question: str, line: str) -> None:
+    out = subprocess.run([sys.executable, "-c", PROBE, question], capture_output=True, text=True, timeout=60)
+    code, message, loaded = out.stdout.strip().splitlines()
+    assert (code, message) == ("1", line)
+    assert loaded == "False False", "torch or transformers was imported to refuse a malformed question"
