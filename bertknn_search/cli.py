@@ -178,6 +178,7 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
 )
 @click.option("--relation", help="The fact's relation (P19): picks its --gate threshold [default: '*'].")
 @click.option("--server", metavar="URL", help="Ask a running 'bertknn-search serve' (no model loaded here).")
+@no_progress_option
 @method_options
 @cache_option
 @json_option
@@ -190,6 +191,7 @@ def query(
     popularity: float | None,
     relation: str | None,
     server: str | None,
+    no_progress: bool,
     settings: Path | None,
     as_json: bool,
     **flags: Any,
@@ -216,7 +218,7 @@ def query(
         return
     config = session.open_index(flags, settings=settings).config
     searcher = Searcher.open(config)
-    bar = EncodeBar()
+    bar = EncodeBar(enabled=not no_progress)
     searcher.hooks = EncodeHooks(progress=bar)
     try:
         size = config.batch_for(searcher.encoder.placement.device.type)
@@ -429,6 +431,17 @@ def demo(out: Path, no_progress: bool) -> None:
     for answer in run.answers:
         click.echo("\n" + render_answer(answer, 5))
     click.echo(
-        f"\nTry: bertknn-search query --index {run.config.index} --temperature 1"
+        f"\nTry: {_this_command()} query --index {run.config.index} --temperature 1"
         ' "Mirvane was born in [MASK]." --subject Mirvane'
     )
+
+
+def _this_command() -> str:
+    """How to run this program again: its bare name where the PATH finds it, else the path it ran by
+    (``make demo`` runs .venv/bin/bertknn-search, which no PATH may hold)."""
+    import shutil
+
+    ran, found = sys.argv[0], shutil.which("bertknn-search")
+    if Path(ran).name != "bertknn-search" or (found and Path(found).resolve() == Path(ran).resolve()):
+        return "bertknn-search"
+    return ran

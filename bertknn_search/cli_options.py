@@ -238,8 +238,9 @@ method_options = stacked(
     click.option(
         "--budget",
         type=click.IntRange(min=1),
-        help="Lazy index: contexts a question encodes before it answers, those most like it first; the"
-        " answer says it is partial, and the rest is encoded later [default 64 on a CPU, 65,536 on a GPU].",
+        help="Lazy index: contexts a question encodes before it answers, each article's lead (its first"
+        " sentences) first; the answer says it is partial, and the rest is encoded later"
+        " [default 64 on a CPU, 65,536 on a GPU].",
     ),
     click.option(
         "--exact",

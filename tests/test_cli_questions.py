@@ -39,3 +39,30 @@ def test_a_bad_question_is_refused_before_anything_loads(question: str, line: st
     code, message, loaded = out.stdout.strip().splitlines()
     assert (code, message) == ("1", line)
     assert loaded == "False False", "torch or transformers was imported to refuse a malformed question"
+
+
+def test_the_demo_names_the_command_as_a_new_user_can_run_it(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    from bertknn_search.cli import _this_command
+
+    venv_bin = Path(str(tmp_path)) / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    exe = venv_bin / "bertknn-search"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(exe), "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert _this_command() == str(exe)  # not on the PATH after `make demo`: the path it ran by
+    monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin")
+    assert _this_command() == "bertknn-search"  # an activated venv
+
+
+def test_query_takes_no_progress() -> None:
+    from click.testing import CliRunner
+
+    from bertknn_search.cli import main
+
+    assert "--no-progress" in CliRunner().invoke(main, ["query", "--help"]).output
