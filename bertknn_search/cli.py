@@ -128,7 +128,10 @@ def ingest_wiki(
     """
     from bertknn_search.ingest.pipeline import ingest as run_ingest
 
-    config = session.open_index(flags, must_exist=False).config
+    resolved, said = session.policy_for_model(session.open_index(flags, must_exist=False))
+    if said and not as_json:
+        click.echo(said, err=True)
+    config = resolved.config
     # JSON output is for scripts: no bar on stderr to mix into their logs (as for add).
     progress = not (no_progress or as_json)
     summary = run_ingest(source, config, limit=limit, fmt=fmt, progress=progress, workers=workers)

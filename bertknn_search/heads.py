@@ -58,6 +58,6 @@ def model_has_head(name: str) -> bool | None:
 def no_head_line(model: str, why: str) -> str:
     """The one line said when a model without an MLM head is loaded."""
     return (
-        f"model {model} has no masked-LM head ({why}): answers are kNN alone (λ=1), and the BERT"
-        " column is n/a; a model saved with its MLM head (e.g. BertForMaskedLM) gives all three"
+        f"model {model} has no masked-LM head ({why}): answers are kNN alone"
+        " (docs/reproducing.md#real-weights)"
     )

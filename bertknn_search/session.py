@@ -160,6 +160,31 @@ def open_index(
     return resolved
 
 
+def policy_for_model(resolved: Resolved) -> tuple[Resolved, str | None]:
+    """A new index of a model without a masked-LM head leaves out stopwords unless a policy was asked for.
+
+    Such a model's answers are kNN alone, and then the contexts of "the", "of" and "in" crowd the
+    neighbours (kNN P@1 on T-REx 15.3 with them, 20.2 without: docs/reproducing.md). An existing index
+    keeps its own policy (``adopt_index`` took it).
+
+    Returns:
+        The settings, and the line to say when the policy was chosen here (else None).
+    """
+    if "mask_policy" in resolved.origins:
+        return resolved, None
+    from bertknn_search.heads import model_has_head
+
+    if model_has_head(resolved.config.model) is not False:
+        return resolved, None
+    policy = f"{resolved.config.mask_policy}-no-stopwords"
+    origins = {**resolved.origins, "mask_policy": "the model (no masked-LM head)"}
+    line = (
+        f"mask policy: {policy} (the model has no masked-LM head, so answers are kNN alone and stopwords"
+        " would crowd the neighbours); --mask-policy chooses another"
+    )
+    return Resolved(resolved.config.replace(mask_policy=policy), origins), line
+
+
 def index_stats(config: Config) -> IndexStats:
     """What the index holds, with the model's own input limit and whether it has an MLM head, when its
     files can be read offline."""

@@ -66,3 +66,27 @@ def test_query_takes_no_progress() -> None:
     from bertknn_search.cli import main
 
     assert "--no-progress" in CliRunner().invoke(main, ["query", "--help"]).output
+
+
+def test_a_new_index_of_a_headless_model_leaves_stopwords_out_unless_asked(
+    minilm: object, tmp_path: pytest.TempPathFactory
+) -> None:
+    from pathlib import Path
+
+    from bertknn_search.session import Resolved, policy_for_model, resolve_config
+
+    resolved = resolve_config({"model": str(minilm), "layer": 6, "index": str(Path(str(tmp_path)) / "i")})
+    chosen, line = policy_for_model(resolved)
+    assert chosen.config.mask_policy == "single-wordpiece-no-stopwords"
+    assert line is not None and line.startswith("mask policy: single-wordpiece-no-stopwords (the model has")
+    asked = resolve_config({"model": str(minilm), "layer": 6, "mask_policy": "whole-word"})
+    assert policy_for_model(asked) == (asked, None)  # a policy the user gave is kept
+    adopted = Resolved(resolved.config, {"mask_policy": "the index at x"})
+    assert policy_for_model(adopted) == (adopted, None)  # an existing index keeps its own
+
+
+def test_a_model_with_a_head_keeps_the_default_policy(tiny_model: object) -> None:
+    from bertknn_search.session import policy_for_model, resolve_config
+
+    resolved = resolve_config({"model": str(tiny_model)})
+    assert policy_for_model(resolved) == (resolved, None)
