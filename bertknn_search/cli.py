@@ -327,6 +327,23 @@ def _read_questions(stream: Any) -> Iterator[Any]:
 
 
 @main.command()
+@click.argument("pattern", default="")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Titles at most.")
+@json_option
+@index_options
+def titles(pattern: str, limit: int, as_json: bool, **flags: Any) -> None:
+    """List the index's titles that hold PATTERN (any case; all without one), with how much of each
+    article is encoded on a lazy index: the subjects a question can name.
+
+    Example: bertknn-search titles einstein
+    """
+    from bertknn_search.output import render_titles, to_json
+
+    listed = session.list_titles(session.resolve_config(flags).config, pattern, limit)
+    click.echo(to_json(listed) if as_json else render_titles(listed, pattern))
+
+
+@main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (0.0.0.0: every one).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free.")
 @click.option(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,9 @@ from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction,
 
 
 def to_json(record: Any) -> str:
-    """One line of JSON for a dataclass record (paths and infinities made JSON-safe)."""
+    """One line of JSON for a dataclass record, or a list of them (paths and infinities made JSON-safe)."""
+    if isinstance(record, list):
+        return json.dumps([_jsonable(dataclasses.asdict(r)) for r in record], ensure_ascii=False)
     data = dataclasses.asdict(record)
     if isinstance(record, Answer):
         data["partial"] = record.partial  # derived, but what a client checks first
@@ -48,7 +50,7 @@ def render_answer(answer: Answer, top: int) -> str:
         titles = [a.title.lower() for a in answer.articles]
         # Two articles may share a title (a subject matches both): their ids tell them apart.
         named = [
-            f"{a.title} (id {a.id})" if titles.count(t) > 1 else a.title
+            f"{printable(a.title)} (id {a.id})" if titles.count(t) > 1 else printable(a.title)
             for a, t in zip(answer.articles, titles)
         ]
         arts = ", ".join(
@@ -81,13 +83,13 @@ def render_answer(answer: Answer, top: int) -> str:
         lines.append(f"evidence for {ev.word!r}:")
         for s in ev.sentences:
             marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
-            lines.append(f"  - {marked}  ({s.title}, d²={s.distance:.2f})")
+            lines.append(f"  - {printable(marked)}  ({printable(s.title)}, d²={s.distance:.2f})")
     return "\n".join(line for line in lines if line)
 
 
 def render_split_words(words: list[SplitWord]) -> str:
     """Why an expected answer is missing: the words at [MASK]'s place that are several wordpieces."""
-    listed = ", ".join(f"{w.word!r} ({' '.join(w.pieces)}, in {w.title})" for w in words)
+    listed = ", ".join(f"{w.word!r} ({' '.join(w.pieces)}, in {printable(w.title)})" for w in words)
     one = len(words) == 1
     return (
         f"note: {listed} {'stands' if one else 'stand'} where the question has [MASK], but an answer is one"
@@ -219,6 +221,32 @@ def render_warm(summary: Any) -> str:
     if s.estimated_contexts:
         line += f" of ~{s.estimated_contexts:,} an eager index would hold"
     return f"{line} ({s.location})"
+
+
+def render_titles(listed: Sequence[Any], pattern: str) -> str:
+    """``titles``' lines: id, title (control characters escaped) and how much of the article is encoded."""
+    if not listed:
+        which = f" holding {pattern!r}" if pattern else ""
+        return f"no titles{which} in the index"
+    width = max(len(t.id) for t in listed)
+    lines = []
+    for t in listed:
+        if t.total:
+            held = f"encoded {t.encoded:,} of {t.total:,} contexts"
+        elif t.encoded == 0:
+            held = "not encoded yet"
+        else:
+            held = "encoded"
+        lines.append(f"{t.id:<{width}}  {printable(t.title)}  ({held})")
+    return "\n".join(lines)
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (a newline in a title) shown as escapes, so that it cannot fake
+    lines of the output."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def render_summary(summary: Any, verb: str) -> str:

@@ -185,6 +185,37 @@ def policy_for_model(resolved: Resolved) -> tuple[Resolved, str | None]:
     return Resolved(resolved.config.replace(mask_policy=policy), origins), line
 
 
+@dataclass(frozen=True)
+class Title:
+    """An article a question can name as its subject, and how much of it is encoded."""
+
+    id: str
+    title: str
+    encoded: int | None  # contexts stored: None where every one is (an eager index) or none yet
+    total: int | None
+
+
+def list_titles(config: Config, pattern: str, limit: int) -> list[Title]:
+    """Up to ``limit`` titles holding ``pattern``, with each article's coverage on a lazy index."""
+    from bertknn_search.backends import open_backend
+
+    backend = open_backend(config)
+    try:
+        hits = backend.list_titles(pattern, limit)
+        coverage = backend.coverage([h.id for h in hits])
+        lazy = backend.meta().contexts == "lazy"
+    finally:
+        backend.close()
+    out = []
+    for hit in hits:
+        held = coverage.get(hit.id)
+        if held is not None:
+            out.append(Title(hit.id, hit.title, held.encoded, held.total))
+        else:
+            out.append(Title(hit.id, hit.title, 0 if lazy else None, None))
+    return out
+
+
 def index_stats(config: Config) -> IndexStats:
     """What the index holds, with the model's own input limit and whether it has an MLM head, when its
     files can be read offline."""

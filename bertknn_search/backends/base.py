@@ -101,6 +101,11 @@ class Backend(Protocol):
         """Up to ``n`` articles whose title equals ``title`` (case-insensitive), lowest id first."""
         ...
 
+    def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
+        """Up to ``n`` articles whose title holds ``pattern`` (case-insensitive; "" lists every one),
+        ordered by lowercased title, then id."""
+        ...
+
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """The top ``n`` articles for ``query`` by BM25 over unigrams + bigrams."""
         ...

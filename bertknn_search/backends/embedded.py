@@ -437,6 +437,17 @@ class EmbeddedBackend(ContextStoreSide):
             ).fetchall()
         return [ArticleHit(id_, found, float("inf"), pop) for id_, found, pop in rows]
 
+    def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
+        # LIKE's own wildcards in the pattern stand for themselves.
+        escaped = "".join("\\" + c if c in "%_\\" else c for c in pattern.strip().lower())
+        with self._read() as cur:
+            rows = cur.execute(
+                "SELECT id, title FROM articles WHERE title_key LIKE ? ESCAPE '\\' ORDER BY title_key, id"
+                " LIMIT ?",
+                (f"%{escaped}%", n),
+            ).fetchall()
+        return [ArticleHit(id_, title, 0.0) for id_, title in rows]
+
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by Lucene BM25 summed over the unigram and bigram fields; ties by id."""
         unigrams, pairs = query_terms(query)

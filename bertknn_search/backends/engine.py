@@ -449,6 +449,13 @@ class EngineBackend:
             for h in response["hits"]["hits"]
         ]
 
+    def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
+        body = bodies.titles_body(pattern, n)
+        response = self._call(
+            "list titles", lambda: self.client.search(index=self.names["articles"], body=body)
+        )
+        return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in response["hits"]["hits"]]
+
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""
         body = bodies.search_body(query, n, self.dialect.bigram_field)

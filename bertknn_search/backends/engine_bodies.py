@@ -265,6 +265,14 @@ def title_body(title: str, n: int = 1) -> dict[str, Any]:
     }
 
 
+def titles_body(pattern: str, n: int) -> dict[str, Any]:
+    """Articles whose lowercased title holds ``pattern`` (every article for ""), by title then id."""
+    key = pattern.strip().lower()
+    escaped = "".join("\\" + c if c in "*?\\" else c for c in key)
+    query = {"wildcard": {"title.key": {"value": f"*{escaped}*"}}} if key else {"match_all": {}}
+    return {"size": n, "query": query, "sort": [{"title.key": "asc"}, {"id": "asc"}], "_source": ["title"]}
+
+
 def stats_body(parts: bool = False) -> dict[str, Any]:
     """Article count and the summed sentence and context counts of the article docs.
 

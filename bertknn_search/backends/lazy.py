@@ -356,6 +356,9 @@ class LazyDatastore:
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         return self.store.search_articles(query, n)
 
+    def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
+        return self.store.list_titles(pattern, n)
+
     def titles(self, article_ids: Sequence[str]) -> dict[str, str]:
         return self.store.titles(article_ids)
 
