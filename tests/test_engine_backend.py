@@ -182,6 +182,29 @@ def test_replacing_an_article_removes_its_old_contexts(backend: EngineBackend, c
     assert backend.stats().contexts == 8
 
 
+def test_deletes_past_one_page_of_ids_are_scrolled(
+    backend: EngineBackend, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bertknn_search.backends import dialects
+
+    monkeypatch.setattr(dialects, "SCAN_PAGE", 2)  # article 3's 4 old contexts: a page and a scroll
+    backend.add_articles(ARTICLES)
+    backend.add_articles([article("3", "Flarn River", "The Flarn River is dry.", 1, "b3", seed=4)])
+    assert [i for i in context_ids(config) if i.startswith("3:")] == ["3:b3:0"]
+    assert backend.delete_articles(["1", "3"]) == 2
+    assert [i.split(":")[0] for i in context_ids(config)] == ["2", "2"]
+
+
+def test_requests_are_compressed_only_off_this_machine() -> None:
+    from bertknn_search.backends.dialects import Connection
+
+    def remote(url: str) -> bool:
+        return Connection(url, None, None, None, True).remote
+
+    assert not remote("http://127.0.0.1:9200") and not remote("http://localhost:9200")
+    assert not remote("http://[::1]:9200") and remote("https://search.example.org:9200")
+
+
 def test_last_copy_of_an_id_in_one_batch_wins(backend: EngineBackend, config: Config) -> None:
     backend.add_articles([ARTICLES[0], article("1", "Zorbland", "Again.", 1, "c1")])
     assert backend.fingerprints(["1"]) == {"1": "c1"}
@@ -530,7 +553,7 @@ def test_bad_requests_are_not_retried(mocked: EngineBackend) -> None:
 @pytest.mark.reliability
 def test_bulk_500_then_success_is_retried(mocked: EngineBackend) -> None:
     mocked.client.indices.get_settings.return_value = {}
-    mocked.client.search.return_value = {"_scroll_id": "s", "hits": {"hits": []}}  # no stale contexts
+    mocked.client.search.return_value = {"hits": {"hits": []}}  # no stale contexts
     replies: list[Any] = [TransportError(500, "internal", "boom")]
 
     def bulk(body: str, **kwargs: Any) -> dict[str, Any]:

@@ -205,12 +205,12 @@ class EngineBackend:
         return len(stored)
 
     def _delete_where(self, what: str, index: str, query: dict[str, Any]) -> None:
-        """Delete every doc of ``index`` that ``query`` matches: its ids by a scroll, then bulk deletes.
+        """Delete every doc of ``index`` that ``query`` matches: its ids by a search, then bulk deletes.
 
         Not delete-by-query: that lives in a module (reindex) an engine may lack, and this way a
         failure is retried and reported like every other bulk write. Running it again finishes it.
         """
-        ids = self._call(what, lambda: list(self.dialect.scan_ids(self.client, index, query)))
+        ids = self._call(what, lambda: self.dialect.scan_ids(self.client, index, query))
         if ids:
             self._bulk(what, lambda: ({"_op_type": "delete", "_index": index, "_id": i} for i in ids))
             self._call(f"refresh {index}", lambda: self.client.indices.refresh(index=index))
