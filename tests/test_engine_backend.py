@@ -454,6 +454,22 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: EngineBacken
     assert got.token_ids.tolist() == [7, 8]
 
 
+def test_knn_after_ir_filters_on_the_generations_ir_read(mocked: EngineBackend) -> None:
+    found = {"_id": "1", "_score": 2.0, "_source": {"title": "Zorbland", "fingerprint": "a1"}}
+    mocked.client.search.side_effect = [
+        {"hits": {"hits": [found]}},
+        {"hits": {"hits": [knn_hit("1", 0.5, 0, 0, 7, "1:a1")]}},
+    ]
+    mocked.client.mget.return_value = mget_response({"1": "a1"})
+    assert [h.id for h in mocked.search_articles("Zorbland", 3)] == ["1"]
+    got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
+    # One read of the article docs, after the search, to check no add replaced them meanwhile.
+    assert mocked.client.mget.call_count == 1
+    sent = mocked.client.search.call_args.kwargs["body"]
+    assert sent["query"]["script_score"]["query"]["bool"]["filter"] == [{"terms": {"generation": ["1:a1"]}}]
+    assert got.token_ids.tolist() == [7]
+
+
 @pytest.mark.reliability
 def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: EngineBackend) -> None:
     # Read "1:a1", search (an add deletes 1:a1 meanwhile: nothing found), read "1:b1", search again.

@@ -296,7 +296,7 @@ def test_search_body_matches_unigrams_and_bigrams() -> None:
             }
         },
         "sort": [{"_score": "desc"}, {"id": "asc"}],
-        "_source": ["title"],
+        "_source": ["title", "fingerprint"],  # the kNN step's first filter, without another request
     }
     assert bodies.search_body("the of and", 3) is None
 
@@ -306,7 +306,8 @@ def test_title_body() -> None:
         "size": 3,
         "query": {"term": {"title.key": "café noir"}},
         "sort": [{"id": "asc"}],
-        "_source": ["title", "popularity"],  # the adaptive-retrieval gate reads the subject's popularity
+        # The adaptive-retrieval gate reads the subject's popularity; the kNN step the generation.
+        "_source": ["title", "popularity", "fingerprint"],
     }
 
 

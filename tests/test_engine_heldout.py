@@ -24,8 +24,10 @@ articles, p_kNN ∝ Σ exp(−d/l) and p = λ·p_kNN + (1−λ)·p_BERT (p_BERT 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import queue
 import signal
 import subprocess
@@ -35,10 +37,11 @@ import time
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import pytest
@@ -70,6 +73,7 @@ class Node:
     """One ``bertknn-search engine start`` process and what it printed."""
 
     name: str
+    port: int
     proc: subprocess.Popen[str]
     lines: queue.Queue[str | None]
     log: IO[str]
@@ -102,7 +106,7 @@ def _start(name: str, port: int, root: Path) -> Node:
     lines: queue.Queue[str | None] = queue.Queue()
     assert proc.stdout is not None
     threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True).start()
-    return Node(name, proc, lines, log, log_path)
+    return Node(name, port, proc, lines, log, log_path)
 
 
 def _ready(node: Node, deadline: float) -> str:
@@ -128,11 +132,18 @@ def _ready(node: Node, deadline: float) -> str:
 
 
 def _stop(node: Node) -> None:
+    """SIGTERM and wait: ``engine start`` stops its JVM itself, though only once its start is over (up to
+    its own 180 s wait, then 30 s to stop). Past that, its JVM (in a session of its own, found by the
+    node's unique port) and then the command are killed, so no node outlives the test."""
     if node.proc.poll() is None:
         node.proc.send_signal(signal.SIGTERM)
         try:
-            node.proc.wait(60)
+            node.proc.wait(READY_S + 60)
         except subprocess.TimeoutExpired:
+            found = subprocess.run(["pgrep", "-f", f"http.port={node.port} "], capture_output=True, text=True)
+            for pid in found.stdout.split():
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
             node.proc.kill()
             node.proc.wait(10)
     node.log.close()
@@ -343,10 +354,10 @@ class Reference:
 
 
 # -- the check ------------------------------------------------------------------------------------------
-def heldout_questions(facts: list[Fact]) -> list[Question]:
+def heldout_questions(facts: list[Fact], n: int = 6) -> list[Question]:
     """KB questions (subject → own article), free questions (BM25 top 3) and a few edge cases."""
     qs = []
-    for f in facts:
+    for f in facts[:n]:
         qs.append(Question(f"{f.person.title()} was born in {MASK}.", f.person.title()))
         qs.append(Question(f"Many people in {MASK} knew {f.person.title()} as a famous {f.job}."))
     first = facts[0]
@@ -360,6 +371,28 @@ def heldout_questions(facts: list[Fact]) -> list[Question]:
     return qs
 
 
+def check(backend: str, config: Config, qs: list[Question], expected: list[Expected]) -> dict[str, float]:
+    """Assert ``backend``'s answers are the reference's; the largest differences of p_kNN and p."""
+    searcher = Searcher.open(config)
+    try:
+        scored = searcher.score_batch(qs)
+        worst = {"p_knn": 0.0, "p": 0.0}
+        for q, s, e in zip(qs, scored, expected):
+            what = f"{backend}: {q.text!r} (subject {q.subject!r})"
+            assert [h.id for h in s.hits or []] == e.hits, what
+            assert len(s.neighbors) == e.n_neighbors, what
+            assert s.p_knn.shape == s.p.shape == e.p.shape, what
+            for name, got, want in (("p_knn", s.p_knn, e.p_knn), ("p", s.p, e.p)):
+                diff = float(np.max(np.abs(got - want)))
+                worst[name] = max(worst[name], diff)
+                assert diff <= TOLERANCE, f"{what}: {name} differs by {diff:.3g}"
+            top, _ = searcher.ranked(s.p, s, 1)
+            assert top == [e.top1], f"{what}: top-1 {top} != {e.top1}"
+        return worst
+    finally:
+        searcher.close()
+
+
 @pytest.mark.slow
 @pytest.mark.opensearch
 def test_engines_and_embedded_answer_as_bert_knn_written_anew(
@@ -369,34 +402,22 @@ def test_engines_and_embedded_answer_as_bert_knn_written_anew(
     reference = Reference(corpus, base_config)
     expected = [reference.answer(q) for q in qs]
     assert sum(e.n_neighbors > 0 for e in expected) >= len(qs) - 1  # the questions reach the kNN step
-    assert sum(len(e.hits) == base_config.n_articles for e in expected) >= 12  # and BM25's top 3
+    assert sum(len(e.hits) == base_config.n_articles for e in expected) >= 8  # and BM25's top 3
+    # The embedded index first, while the engines are still starting.
+    worst = {"embedded": check("embedded", built_index, qs, expected)}
 
-    configs = {"embedded": built_index}
     deadline = time.monotonic() + READY_S
-    for name in ENGINES:
+
+    def ingested(name: str) -> Config:
         url = _ready(heldout_nodes[name], deadline)
         config = base_config.replace(backend=name, opensearch_prefix="heldout", **{f"{name}_url": url})
         ingest(corpus, config, progress=False)
-        configs[name] = config
+        return config
 
-    worst: dict[str, dict[str, float]] = {}
-    for backend, config in configs.items():
-        searcher = Searcher.open(config)
-        try:
-            scored = searcher.score_batch(qs)
-            diffs = {"p_knn": 0.0, "p": 0.0}
-            for q, s, e in zip(qs, scored, expected):
-                what = f"{backend}: {q.text!r} (subject {q.subject!r})"
-                assert [h.id for h in s.hits or []] == e.hits, what
-                assert len(s.neighbors) == e.n_neighbors, what
-                assert s.p_knn.shape == s.p.shape == (reference.vocab_size,), what
-                for name, got, want in (("p_knn", s.p_knn, e.p_knn), ("p", s.p, e.p)):
-                    diff = float(np.max(np.abs(got - want)))
-                    diffs[name] = max(diffs[name], diff)
-                    assert diff <= TOLERANCE, f"{what}: {name} differs by {diff:.3g}"
-                top, _ = searcher.ranked(s.p, s, 1)
-                assert top == [e.top1], f"{what}: top-1 {top} != {e.top1}"
-            worst[backend] = diffs
-        finally:
-            searcher.close()
+    # Each engine is filled as soon as it is ready, both at once: most of an ingest is the engine's.
+    with ThreadPoolExecutor(len(ENGINES)) as pool:
+        filling = {name: pool.submit(ingested, name) for name in ENGINES}
+        configs = {name: f.result() for name, f in filling.items()}
+    for name, config in configs.items():
+        worst[name] = check(name, config, qs, expected)
     print("held-out check, max |difference| over the vocabulary:", worst)

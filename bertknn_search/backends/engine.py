@@ -38,6 +38,7 @@ from bertknn_search.records import (
 T = TypeVar("T")
 BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
 MGET_CHUNK = 1000
+SEEN_MAX = 4096  # generations remembered from IR answers (see EngineBackend._seen)
 GENERATION_RETRIES = 3  # searches of one kNN query while the articles it searches are being replaced
 # While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete) and
 # no replica copies; both are put back by close().
@@ -60,6 +61,9 @@ class EngineBackend:
         self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
         self._has_popularity = False  # in the articles mapping (read at open; older indexes lack it)
         self._has_parts = False  # the part fields likewise
+        # Article id -> the generation its doc named in the last IR answers: the kNN step that follows
+        # filters on it without reading the docs first (it still checks them after its search).
+        self._seen: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -444,6 +448,7 @@ class EngineBackend:
             "look up a title",
             lambda: self.client.search(index=self.names["articles"], body=bodies.title_body(title, n)),
         )
+        self._remember(response)
         return [
             ArticleHit(h["_id"], h["_source"]["title"], float("inf"), h["_source"].get("popularity"))
             for h in response["hits"]["hits"]
@@ -467,7 +472,16 @@ class EngineBackend:
                 index=self.names["articles"], body=body, search_type="dfs_query_then_fetch"
             ),
         )
+        self._remember(response)
         return bodies.parse_articles(response)
+
+    def _remember(self, response: dict[str, Any]) -> None:
+        if len(self._seen) > SEEN_MAX:
+            self._seen = {}
+        for hit in response["hits"]["hits"]:
+            fingerprint = hit["_source"].get("fingerprint")
+            if fingerprint is not None:
+                self._seen[hit["_id"]] = bodies.generation(hit["_id"], fingerprint)
 
     def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
         """Exact k nearest contexts (squared L2) inside ``article_ids``, by the k-NN score script.
@@ -482,7 +496,9 @@ class EngineBackend:
             found = sorted({h["_source"]["article_id"] for h in response["hits"]["hits"]})
             return bodies.parse_neighbors(response, k, set(self._generations(found).values()))
         ids = sorted(set(article_ids))
-        generations = self._generations(ids)
+        seen = self._seen
+        known = all(aid in seen for aid in ids)
+        generations = {aid: seen[aid] for aid in ids} if known else self._generations(ids)
         for _ in range(GENERATION_RETRIES):
             if not generations:
                 return Neighbors.empty()

@@ -251,7 +251,7 @@ def search_body(query: str, n: int, bigram_field: str = "terms.bigrams") -> dict
         "size": n,
         "query": {"bool": {"should": should}},
         "sort": [{"_score": "desc"}, {"id": "asc"}],
-        "_source": ["title"],
+        "_source": ["title", "fingerprint"],
     }
 
 
@@ -261,7 +261,7 @@ def title_body(title: str, n: int = 1) -> dict[str, Any]:
         "size": n,
         "query": {"term": {"title.key": title.strip().lower()}},
         "sort": [{"id": "asc"}],
-        "_source": ["title", "popularity"],
+        "_source": ["title", "popularity", "fingerprint"],
     }
 
 
