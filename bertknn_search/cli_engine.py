@@ -45,7 +45,7 @@ def start(name: str, port: int, nodes: int, data: Path | None, heap: str, no_pro
     The first start fetches the engine's jars from Maven Central (Java 17+ and Maven needed) into
     ~/.cache/bertknn-search/engines (or $BERTKNN_ENGINE_CACHE); later starts reuse them.
     """
-    from bertknn_search.engines.launch import Cluster, EngineError, engine
+    from bertknn_search.engines.launch import Cluster, EngineError, Stopped, engine
 
     spec = engine(name)
     cluster = Cluster(spec, port=port, nodes=nodes, data=data, heap=heap)
@@ -53,9 +53,14 @@ def start(name: str, port: int, nodes: int, data: Path | None, heap: str, no_pro
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            cluster.start(say=lambda line: click.echo(line, err=True), progress=not no_progress)
+            cluster.start(
+                say=lambda line: click.echo(line, err=True), progress=not no_progress, stopping=stop.is_set
+            )
         except EngineError as exc:
             raise ConfigError(str(exc)) from exc
+        except Stopped:  # Ctrl-C or SIGTERM while starting: the nodes stop below, none is left behind
+            click.echo("stopped before ready", err=True)
+            return
         env = "OPENSEARCH_URL" if name == "opensearch" else "ELASTICSEARCH_URL"
         click.echo(f"ready: {cluster.url} ({spec.label}, {nodes} node{'s' * (nodes > 1)})")
         click.echo(f"use it: export {env}={cluster.url}; bertknn-search ... --backend {name}", err=True)

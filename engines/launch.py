@@ -40,6 +40,10 @@ class EngineError(Exception):
     """An engine cannot be prepared or started; the message is one line that says what to do."""
 
 
+class Stopped(Exception):
+    """Told to stop while the nodes were starting."""
+
+
 @dataclass(frozen=True)
 class Engine:
     """One engine: where its pom and launcher are, and what its node settings are called."""
@@ -286,11 +290,21 @@ class Cluster:
     def node_url(self, i: int) -> str:
         return f"http://127.0.0.1:{self.port + i}"
 
-    def start(self, timeout: float = 180, say: Callable[[str], None] = print, progress: bool = True) -> None:
+    def start(
+        self,
+        timeout: float = 180,
+        say: Callable[[str], None] = print,
+        progress: bool = True,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Fetch if needed, start every node and wait until all of them form one cluster.
+
+        Args:
+            stopping: polled while the nodes start; True gives up (``Stopped``), the caller stops them.
 
         Raises:
             EngineError: a port is taken, a node died, or the cluster did not form within ``timeout``.
+            Stopped: ``stopping`` said so before the cluster was ready.
         """
         self.home = prepare(self.spec, say, progress)
         java = find_java(self.spec.java)
@@ -303,7 +317,7 @@ class Cluster:
             )
         for i in range(self.nodes):
             self._spawn(i, java)
-        self.wait_ready(timeout)
+        self.wait_ready(timeout, stopping=stopping)
 
     def _spawn(self, i: int, java: Path | None = None) -> None:
         assert self.home is not None
@@ -347,11 +361,15 @@ class Cluster:
         )
         log.close()
 
-    def wait_ready(self, timeout: float = 180, nodes: int | None = None) -> None:
+    def wait_ready(
+        self, timeout: float = 180, nodes: int | None = None, stopping: Callable[[], bool] = lambda: False
+    ) -> None:
         """Wait until ``nodes`` (all) nodes answer and the cluster has them all and is not red."""
         want = self.nodes if nodes is None else nodes
         deadline = time.monotonic() + timeout
         while True:
+            if stopping():
+                raise Stopped
             for i, proc in enumerate(self.procs):
                 if proc is not None and proc.poll() is not None:
                     raise EngineError(f"{self.spec.title} node {i} exited ({proc.returncode}): {self.why(i)}")

@@ -60,6 +60,32 @@ def test_start_prints_one_ready_line_and_sigterm_stops_every_node(
     assert left == "", "a node outlived its engine start"
 
 
+@pytest.mark.slow
+@pytest.mark.opensearch
+def test_sigterm_while_starting_leaves_no_node_behind(tmp_path: Path, engines: object) -> None:
+    engines.url("elasticsearch")  # type: ignore[attr-defined]  # the jars are fetched and compiled
+    port = free_port()
+    proc = subprocess.Popen(
+        [*CLI, "engine", "start", "elasticsearch", "--port", str(port), "--data", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not subprocess.run(["pgrep", "-f", f"http.port={port}"], capture_output=True).stdout:
+            assert time.monotonic() < deadline and proc.poll() is None, "the node never started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # before it is ready
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and out == "" and "stopped before ready" in err
+    left = subprocess.run(["pgrep", "-f", f"http.port={port}"], capture_output=True, text=True).stdout
+    assert left == "", "a node outlived its engine start"
+
+
 def test_without_maven_the_first_start_says_what_is_missing(tmp_path: Path) -> None:
     try:
         find_java(17)
