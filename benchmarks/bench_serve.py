@@ -79,7 +79,8 @@ class Server:
         cmd = [sys.executable, "-m", "bertknn_search", *args]
         if patience_s is not None:  # the same command with the batcher's patience fixed (no flag sets it)
             cmd = [sys.executable, "-c", PATIENCE_SERVE, str(patience_s), *args]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        # A load test asks more than a tokenless client may at once (docs/serving.md, limits).
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "BERTKNN_SERVE_LIMITS": "questions=1024,articles=100000"}
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
         )

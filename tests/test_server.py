@@ -23,11 +23,14 @@ from bertknn_search.output import to_json
 from bertknn_search.records import Answer, Question
 from bertknn_search.search import Searcher
 from bertknn_search.server.app import ServerSettings, create_app
+from bertknn_search.server.limits import RequestLimits
 
 SHARP = 1.0  # the tiny model's l (see test_search.py)
 TOKEN = "s3cret-token"
 # TestClient's own default, http://testserver, names a host the server does not answer for (see hosts.py).
 LOCAL = "http://localhost"
+# The tests ask all ten facts in one request, more than a request may hold by default (limits.py).
+TEN = RequestLimits(questions=16)
 
 
 class Recording(Searcher):
@@ -50,7 +53,7 @@ def start(client: TestClient) -> TestClient:
 @pytest.fixture(scope="module")
 def api(built_index: Config) -> Iterator[TestClient]:
     """A read-only server over the session's index."""
-    app = create_app(ServerSettings(built_index.replace(temperature=SHARP)))
+    app = create_app(ServerSettings(built_index.replace(temperature=SHARP), limits=TEN))
     with TestClient(app, base_url=LOCAL) as client:
         yield start(client)
 
@@ -294,7 +297,7 @@ def test_a_lazy_index_is_served_like_an_eager_one(
     bodies = {"questions": [born(f) for f in facts]}
     answers = []
     for config in (built_index.replace(temperature=SHARP), lazy):
-        with TestClient(create_app(ServerSettings(config)), base_url=LOCAL) as client:
+        with TestClient(create_app(ServerSettings(config, limits=TEN)), base_url=LOCAL) as client:
             answers.append(start(client).post("/query", json=bodies).json()["answers"])
     assert [a["bert_knn"][0]["word"] for a in answers[1]] == [f.city for f in facts]
 

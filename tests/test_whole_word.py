@@ -26,7 +26,7 @@ from bertknn_search.knn import knn_probs
 from bertknn_search.records import Question
 from bertknn_search.search import Searcher
 from bertknn_search.values import Candidates, ValueSpace, word_value
-from tests.test_backends import assert_same, opensearch_config  # noqa: F401 (a fixture)
+from tests.test_backends import assert_same
 
 
 def town(f: Fact) -> str:
@@ -236,12 +236,12 @@ def test_a_phrase_or_unknown_word_has_no_value(searchers: dict[str, Searcher]) -
 @pytest.mark.opensearch
 def test_whole_word_answers_alike_on_both_backends(
     searchers: dict[str, Searcher],
-    opensearch_config: Config,  # noqa: F811 (the fixture)
+    cluster_config: Config,
     towns: Path,
     facts: list[Fact],
 ) -> None:
     """A lazy whole-word OpenSearch index answers as the eager embedded one: same words, same pieces."""
-    config = opensearch_config.replace(mask_policy="whole-word", contexts="lazy", exact=True)
+    config = cluster_config.replace(mask_policy="whole-word", contexts="lazy", exact=True)
     ingest(towns, config, progress=False)
     opensearch = Searcher.open(config)
     try:

@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -40,8 +40,16 @@ from bertknn_search.output import to_json
 from bertknn_search.records import Article, Question
 from bertknn_search.search import Searcher
 from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady, Stopping
-from bertknn_search.server.hosts import HostCheck, allowed_names
-from bertknn_search.server.limits import BodyLimit, one_line
+from bertknn_search.server.hosts import PAGE_CSP, HostCheck, SecurityHeaders, allowed_names, docs_csp
+from bertknn_search.server.limits import (
+    TOKEN_NEEDED,
+    RequestGuard,
+    RequestLimits,
+    articles_refusal,
+    lifted,
+    one_line,
+    query_refusal,
+)
 from bertknn_search.server.schemas import ArticlesRequest, QueryRequest
 from bertknn_search.server.writer import Writer
 
@@ -75,6 +83,8 @@ class ServerSettings:
         patience_s: how long a batch may wait for as many questions as the last one had; None: a quarter
             of the last pass, at most 0.25 s (see ``batcher``).
         allowed_hosts: names requests may give in Host (and Origin) besides loopback ones (see ``hosts``).
+        limits: what one request may cost unless its token lifts them (see ``limits``); default: the
+            built-in limits with ``BERTKNN_SERVE_LIMITS`` over them.
     """
 
     config: Config
@@ -85,6 +95,7 @@ class ServerSettings:
     max_queue: int = 4096
     patience_s: float | None = None
     allowed_hosts: tuple[str, ...] = ()
+    limits: RequestLimits = field(default_factory=RequestLimits.from_env)
 
 
 def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] | None = None) -> FastAPI:
@@ -93,8 +104,15 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     Args:
         settings: see ``ServerSettings``.
         open_searcher: loads index and model; default ``Searcher.open(settings.config)``.
+
+    Raises:
+        ConfigError: the limits are to be lifted by a token and the server has none.
     """
-    config = settings.config
+    config, limits, token = settings.config, settings.limits, settings.token
+    if limits.lifted_by_token and token is None:
+        raise ConfigError(
+            "BERTKNN_SERVE_LIMITS says lifted-by-token=yes but the server has no token; give --token-file"
+        )
     batcher = MicroBatcher(
         open_searcher or (lambda: Searcher.open(config)),
         settings.max_batch,
@@ -112,7 +130,7 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         await run_in_threadpool(writer.close)
         await run_in_threadpool(batcher.stop)
 
-    app = FastAPI(
+    app = _App(
         title="bertknn-search",
         summary="Cloze questions answered with BERT-kNN over a live index.",
         version=_version(),
@@ -122,31 +140,40 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     )
     app.state.batcher = batcher
     app.state.writer = writer
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    # The token of a write and the size of the body, before the app reads the body (see ``limits``).
+    app.add_middleware(RequestGuard, token=token, max_bytes=settings.max_body, limits=limits)
     # Added last, so it runs first: a request for another host is refused before its body is read.
     app.add_middleware(HostCheck, allowed=allowed_names(settings.allowed_hosts))
     _add_error_handlers(app)
     bearer = HTTPBearer(auto_error=False, description="The token in the server's --token-file.")
 
     def require_token(given: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        if settings.token is None:
+        # RequestGuard refused a write without the token before its body was read; checked again here so
+        # that a route never depends on a middleware alone (and the API docs show the lock).
+        if token is None:
             return
-        if given is None or not hmac.compare_digest(given.credentials.encode(), settings.token.encode()):
-            raise HTTPException(
-                401,
-                "writes need a token: send 'Authorization: Bearer <token>' with the server's --token-file",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        if given is None or not hmac.compare_digest(given.credentials.encode(), token.encode()):
+            raise HTTPException(401, TOKEN_NEEDED, headers={"WWW-Authenticate": "Bearer"})
 
     @app.post("/query", summary="Answer one or many cloze questions")
-    async def query(body: QueryRequest) -> Response:
+    async def query(body: QueryRequest, request: Request) -> Response:
         """Each answer is the JSON ``bertknn-search query --json`` prints, in the order asked.
 
         Method options (``k``, ``lambda``, ``temperature``, ``n-articles``, ``distance``, ``no-ir``,
-        ``top``) replace the server's defaults for this request.
+        ``top``, ``gate``, ``evidence``, ``budget``, ``exact``) replace the server's defaults for this
+        request, within the server's limits (``server.limits`` in ``/stats``).
+
+        Evidence spans: ``start`` and ``end`` of each evidence sentence count Unicode code points (as
+        Python indexes a string), not UTF-16 units (as JavaScript does): an emoji is one code point and
+        two UTF-16 units, so a page must slice ``Array.from(sentence)``, not ``sentence``.
         """
         cfg = body.apply(config)
         items = body.items()
+        if not lifted(limits, request.scope):
+            device = batcher.device_type or "cpu"
+            refused = query_refusal(limits, token, config, cfg, len(items), device)
+            if refused is not None:
+                raise HTTPException(*refused)
         asked = [Question(q.question, q.subject, q.popularity, q.relation) for q in items]
         futures = batcher.submit(asked, cfg)
         results = await asyncio.gather(*map(asyncio.wrap_future, futures), return_exceptions=True)
@@ -158,11 +185,15 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         return _json_response('{"answers": [' + ", ".join(to_json(a) for a in results) + "]}")
 
     @app.post("/articles", summary="Add or replace articles", dependencies=[Depends(require_token)])
-    async def add_articles(body: ArticlesRequest) -> Response:
+    async def add_articles(body: ArticlesRequest, request: Request) -> Response:
         """Returns once the articles are answerable, with what was written (the JSON of ``add --json``).
 
         An article whose id is stored already is replaced.
         """
+        if not lifted(limits, request.scope):
+            too_many = articles_refusal(limits, token, len(body.articles))
+            if too_many is not None:
+                raise HTTPException(413, too_many)
         limit = config.max_article_bytes
         for a in body.articles:
             # The CLI's limit: one article's text decides a cold encode's rows and its stored row.
@@ -199,6 +230,7 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
             "writing": writer.running,
             "max_batch": batcher.max_batch,
             "defaults": request_defaults(config, batcher.device_type, head),
+            "limits": request_limits(limits, config, batcher.device_type),
         }
         return _json_response(json.dumps(result, ensure_ascii=False))
 
@@ -212,7 +244,7 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
+        return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": PAGE_CSP})
 
     # Browsers ask for /favicon.ico whatever a page links to (the API docs, a JSON reply): no 404 in the log.
     @app.get("/favicon.ico", include_in_schema=False)
@@ -242,6 +274,23 @@ def request_defaults(config: Config, device_type: str | None, has_head: bool | N
     return {"top": config.top, **values}
 
 
+def request_limits(limits: RequestLimits, config: Config, device_type: str | None) -> dict[str, Any]:
+    """What a request without a lifting token may ask, by ``BERTKNN_SERVE_LIMITS``'s names: the limits,
+    raised to the server's own defaults where those are higher (see ``RequestLimits``)."""
+    out = limits.as_json()
+    out["n-articles"] = max(limits.n_articles, config.n_articles)
+    out["budget"] = max(limits.budget, config.budget_for(device_type or "cpu") or 0)
+    out["exact"] = limits.exact or config.exact
+    return out
+
+
+class _App(FastAPI):
+    """FastAPI with ``SecurityHeaders`` around its whole stack: error pages and refusals get them too."""
+
+    def build_middleware_stack(self) -> Any:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def _json_response(text: str) -> Response:
     return Response(text, media_type="application/json")
 
@@ -255,15 +304,33 @@ def _add_docs(app: FastAPI) -> None:
     assets = Path(str(files("fastapi_offline") / "static"))
     app.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
 
+    html = get_swagger_ui_html(
+        openapi_url=app.openapi_url or "/openapi.json",
+        title="bertknn-search API",
+        swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+        swagger_css_url="/docs-assets/swagger-ui.css",
+        swagger_favicon_url="/static/favicon.svg",
+    ).body.decode()
+    policy = docs_csp(html)  # the inline script that starts Swagger UI, allowed by its hash
+
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url=app.openapi_url or "/openapi.json",
-            title="bertknn-search API",
-            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
-            swagger_css_url="/docs-assets/swagger-ui.css",
-            swagger_favicon_url="/static/favicon.svg",
-        )
+        return HTMLResponse(html, headers={"Content-Security-Policy": policy})
+
+
+def release(exc: BaseException) -> None:
+    """Let go of what a handled exception keeps alive: its traceback's frames, which hold the request's
+    body (its bytes, its text, its parsed JSON). FastAPI keeps the error it raises in a local of the frame
+    that read the body, a reference cycle that only the full garbage collection frees, seconds later:
+    meanwhile 8 refused 16 MiB bodies held 270 MB."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.__traceback__ = None
+        if isinstance(current, RequestValidationError):
+            current.body = None  # the body as parsed (or, not JSON, its text)
+        current = current.__cause__ or current.__context__
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -272,6 +339,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        release(exc)
         errors = list(exc.errors())
         if any(e.get("type") == "json_invalid" for e in errors):
             why = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {}).get("error", "")
@@ -280,10 +348,12 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        release(exc)
         return reply(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
     @app.exception_handler(BertKnnError)
     async def library_error(request: Request, exc: BertKnnError) -> JSONResponse:
+        release(exc)
         status = next((s for kind, s in STATUS.items() if isinstance(exc, kind)), 500)
         return reply(status, str(exc))
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ REQUEST_NAMES: dict[str, tuple[str, bool]] = {
     "exact": ("exact", False),
 }
 TIMEOUT_S = 600.0  # a full batch of BERT-base questions on a CPU takes tens of seconds
+IN_FLIGHT = 16  # requests one client has in flight at most
 
 
 def method_overrides(flags: Mapping[str, Any], settings: Path | None) -> dict[str, Any]:
@@ -71,19 +75,50 @@ def method_overrides(flags: Mapping[str, Any], settings: Path | None) -> dict[st
 
 
 def ask(url: str, questions: Sequence[Question], overrides: Mapping[str, Any]) -> Iterator[Answer]:
-    """Answers from the server at ``url``, in order, sent in requests of at most ``MAX_QUESTIONS``.
+    """Answers from the server at ``url``, in order, sent in requests of as many questions as the server
+    takes in one (its ``limits``), several at once so that its batcher can answer them in one pass.
 
     Raises:
         BertKnnError: the server cannot be reached, or refused the request (its one-line reason).
     """
-    for lo in range(0, len(questions), MAX_QUESTIONS):
-        chunk = questions[lo : lo + MAX_QUESTIONS]
+    size = questions_per_request(url) if len(questions) > 1 else 1
+
+    def send(lo: int) -> list[Any]:
+        chunk = questions[lo : lo + size]
         asked = [{"question": q.text, "subject": q.subject} for q in chunk]
         for item, q in zip(asked, chunk):  # only when given: an older server would refuse the fields
             item.update({k: v for k, v in (("popularity", q.popularity), ("relation", q.relation)) if v})
-        body = {"questions": asked, **overrides}
-        for item in post(url, "/query", body)["answers"]:
-            yield answer_from_json(item)
+        return list(post(url, "/query", {"questions": asked, **overrides})["answers"])
+
+    starts = iter(range(0, len(questions), size))
+    # Requests in flight at once: about one CPU batch of questions (128), and at most IN_FLIGHT.
+    workers = max(1, min(IN_FLIGHT, -(-128 // size)))
+    with ThreadPoolExecutor(workers) as pool:
+        pending = deque(pool.submit(send, lo) for lo in islice(starts, workers))
+        try:
+            while pending:
+                answers = pending.popleft().result()
+                pending.extend(pool.submit(send, lo) for lo in islice(starts, 1))
+                for item in answers:
+                    yield answer_from_json(item)
+        finally:  # an error, or a reader that stops early: no more requests than those in flight
+            for future in pending:
+                future.cancel()
+
+
+def questions_per_request(url: str) -> int:
+    """How many questions the server at ``url`` takes in one request (``/stats``' ``server.limits``);
+    ``MAX_QUESTIONS`` from a server that does not say (one older than the limits)."""
+    target = url.rstrip("/") + "/stats"
+    try:
+        with urllib.request.urlopen(target, timeout=TIMEOUT_S) as reply:
+            limits = json.loads(reply.read().decode("utf-8")).get("server", {}).get("limits", {})
+    except (OSError, ValueError, AttributeError):
+        return MAX_QUESTIONS  # the first request then says what is wrong, in one line
+    given = limits.get("questions") if isinstance(limits, dict) else None
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        return MAX_QUESTIONS
+    return min(given, MAX_QUESTIONS)
 
 
 def lines(

@@ -9,6 +9,12 @@ JSON unless its ``strict_content_type``, the default of recent versions only, is
 loopback name, but the browser names the page in ``Origin``, which must be an allowed name as well.
 Programs other than browsers send no Origin and are not affected.
 
+Framing: a page of another site may put this server's page in a frame (its Host then is a loopback
+name) and make the user click, or frame ``/?question=...``, which asks on load. Every response says
+``X-Frame-Options: DENY`` and a ``Content-Security-Policy`` with ``frame-ancestors 'none'``, so a browser
+draws it in no frame; the page and the API docs carry a policy that lets them load their own scripts and
+styles and nothing else (``SecurityHeaders``).
+
 Starlette's TrustedHostMiddleware is not used: it answers in plain text (this API answers
 ``{"detail": ...}``), matches exact names only (not 127.0.0.0/8 or ``[0:0:0:0:0:0:0:1]``), parses Host
 with a private helper, and does not look at Origin.
@@ -116,8 +122,21 @@ class HostCheck:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        host, origin = headers.get(b"host"), headers.get(b"origin")
+        raw = scope.get("headers") or []
+        hosts = [value for name, value in raw if name == b"host"]
+        origins = [value for name, value in raw if name == b"origin"]
+        # Two of either: no one browser sends that, and which one wins would differ between a proxy, this
+        # check and the app (a dict keeps the last): refused, whatever they name.
+        if len(hosts) > 1:
+            await refuse(send, 400, "the request has more than one Host header; send one")
+            return
+        if len(origins) > 1:
+            await refuse(
+                send, 403, "the request has more than one Origin header, so which page sent it is unknown"
+            )
+            return
+        host = hosts[0] if hosts else None
+        origin = origins[0] if origins else None
         if host is not None:
             text = host.decode("latin-1")
             name = host_of(text)
@@ -145,3 +164,61 @@ class HostCheck:
                 )
                 return
         await self.app(scope, receive, send)
+
+
+# A response without a page of its own (JSON, a script, a style sheet, the favicon) allows nothing.
+API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+# The page: its own script, style sheet and favicon, and fetch() to this server; no inline code.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
+    " base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+def docs_csp(html: str) -> str:
+    """The API docs page's policy: Swagger UI from this server, the page's inline script by its hash
+    (it starts Swagger UI), inline styles and ``data:`` images (Swagger UI draws with both)."""
+    import base64
+    import hashlib
+
+    scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.DOTALL)
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts
+    )
+    return (
+        f"default-src 'none'; script-src 'self' {hashes}; style-src 'self' 'unsafe-inline';"
+        " img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self';"
+        " frame-ancestors 'none'"
+    )
+
+
+class SecurityHeaders:
+    """ASGI middleware around everything (refusals and 500s included): no response may be framed.
+
+    Adds ``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and, unless the route set its
+    own (which must say ``frame-ancestors 'none'`` too), ``Content-Security-Policy: API_CSP``.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def marked(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or [])
+                present = {name.lower() for name, _ in headers}
+                for name, value in (
+                    (b"content-security-policy", API_CSP.encode()),
+                    (b"x-frame-options", b"DENY"),
+                    (b"x-content-type-options", b"nosniff"),
+                ):
+                    if name not in present:
+                        headers.append((name, value))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, marked)

@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from bertknn_search.config import Config, thresholds_from_json
 
-# Bounds: a request may not make the server do unbounded work or hold unbounded memory.
+# Bounds: a request may not make the server do unbounded work or hold unbounded memory. These hold for
+# every request; a request without a lifting token is held to the lower ``limits.RequestLimits``.
 MAX_QUESTIONS = 1024  # per request; more are sent in several requests (query --server does)
 MAX_QUESTION_CHARS = 10_000  # far past any model's limit; longer is refused before tokenising
 MAX_ARTICLES = 10_000  # per add request; the body limit usually binds first
@@ -17,7 +18,9 @@ MAX_ARTICLES = 10_000  # per add request; the body limit usually binds first
 class Strict(BaseModel):
     # Python's JSON parser reads NaN, Infinity and -Infinity, which pass every range check (NaN compares
     # false with the bounds) and then switch retrieval off or empty a distribution: refused as 422.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    # strict: a value of another JSON type is refused, not converted ("exact": "yes", "k": "5", "k": true,
+    # "k": 5.0 are 422), as the settings file refuses them; an integer is still a number for a float.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False, strict=True)
 
 
 class QuestionIn(Strict):

@@ -61,6 +61,13 @@ function drawArticles(answer) {
   box.append(el("span", "score", ` · ${answer.n_neighbors} neighbours`));
 }
 
+// The API's spans count code points (as Python indexes strings); a JavaScript string counts UTF-16
+// units, in which an emoji or any character past U+FFFF is two. Array.from splits by code points.
+function splitSpan(text, start, end) {
+  const points = Array.from(text);
+  return [points.slice(0, start), points.slice(start, end), points.slice(end)].map((p) => p.join(""));
+}
+
 function drawEvidence(answer) {
   const box = $("evidence");
   box.replaceChildren();
@@ -71,9 +78,9 @@ function drawEvidence(answer) {
     const list = el("ul");
     for (const s of ev.sentences) {
       const item = el("li", "sentence");
-      // The span [start, end) is the answer's word inside the stored sentence.
-      item.append(s.sentence.slice(0, s.start), el("mark", "", s.sentence.slice(s.start, s.end)));
-      item.append(s.sentence.slice(s.end));
+      // The span [start, end) is the answer's word inside the stored sentence, in code points.
+      const [before, word, after] = splitSpan(s.sentence, s.start, s.end);
+      item.append(before, el("mark", "", word), after);
       item.append(el("span", "source", ` — ${s.title}, d² ${s.distance.toFixed(2)}`));
       list.append(item);
     }
@@ -191,6 +198,9 @@ async function ask(event, retries = 0) {
 
 // /?question=...&subject=... fills the form and asks it, as a link from elsewhere or a reload would.
 function askFromAddress() {
+  // Never inside a frame: the server's headers (frame-ancestors 'none', X-Frame-Options) already keep a
+  // browser from drawing the page in one; this covers a browser that ignores both.
+  if (window.top !== window.self) return;
   const params = new URLSearchParams(location.search);
   const question = params.get("question");
   if (!question) return;
