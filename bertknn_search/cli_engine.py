@@ -17,7 +17,10 @@ from bertknn_search.errors import ConfigError
 
 @click.group("engine")
 def engine_group() -> None:
-    """Run a real search engine for the opensearch and elasticsearch backends."""
+    """Run a real search engine for the opensearch and elasticsearch backends.
+
+    Example: bertknn-search engine start opensearch
+    """
 
 
 @engine_group.command("start")
@@ -44,6 +47,8 @@ def start(name: str, port: int, nodes: int, data: Path | None, heap: str, no_pro
 
     The first start fetches the engine's jars from Maven Central (Java 17+ and Maven needed) into
     ~/.cache/bertknn-search/engines (or $BERTKNN_ENGINE_CACHE); later starts reuse them.
+
+    Example: bertknn-search engine start elasticsearch --port 9201
     """
     from bertknn_search.engines.launch import Cluster, EngineError, Stopped, engine
 

@@ -284,6 +284,9 @@ def render_summary(summary: Any, verb: str) -> str:
     too_large = getattr(s, "too_large", 0)
     if too_large:
         line += f"; {too_large:,} too large skipped (over --max-article-bytes, named above)"
+    unparsed = getattr(s, "unparsed", 0)
+    if unparsed:
+        line += f"; {counted(unparsed, 'page')} the wiki parser could not take stripped plainly (named above)"
     return line
 
 

@@ -67,6 +67,9 @@ class IngestSummary:
     windowed: int = 0
     max_length: int = 0
     too_large: int = 0  # articles skipped for holding more than ``Config.max_article_bytes``
+    # XML pages whose markup the parser could not take (past its time bound, or it crashed): their text is
+    # the plain fallback's, each named on stderr (``wikitext.page_text``)
+    unparsed: int = 0
     text_chars: int = 0  # characters of text written by this run
     contexts_mode: str = "eager"  # "lazy": no context was encoded; they are on first use
 
@@ -124,7 +127,7 @@ def ingest(
         IndexMismatchError, BackendError (a failed write says how many articles it kept).
     """
     started = time.perf_counter()
-    skipped = SkipCount()
+    skipped, unparsed = SkipCount(), SkipCount()
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     pool = TextPool(default_workers() if workers is None else workers)  # starts no process yet
     try:
@@ -198,9 +201,9 @@ def ingest(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
-            ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen)
+            ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed)
             while (prepared := ahead.result()) is not None:
-                ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen)
+                ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed)
                 counts["already_stored"] += prepared.reused
                 counts["empty"] += prepared.empty
                 counts["duplicates"] += prepared.duplicates
@@ -240,12 +243,14 @@ def ingest(
         seconds=seconds,
         location=backend.location,
         too_large=skipped.count,
+        unparsed=unparsed.count,
         contexts_mode=config.contexts,
     )
 
 
 class SkipCount:
-    """Counts the articles a reader skipped for their size, each said on stderr as it is read."""
+    """Counts the articles a reader said a line about (skipped for their size, or their markup stripped by
+    the fallback), each line said on stderr as it comes."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -299,15 +304,19 @@ def add_articles(
     Raises:
         InputFormatError: unreadable file, or an article without text (an explicit add of nothing).
     """
-    skipped = SkipCount()
-    articles = list(read_articles(source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped))
+    skipped, unparsed = SkipCount(), SkipCount()
+    articles = list(
+        read_articles(
+            source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped, on_unparsed=unparsed
+        )
+    )
     for article in articles:
         if not article.text.strip():
             raise InputFormatError(
                 f"{source}: article {article.title!r} (id {article.id}) has no text; add text or drop it"
             )
     summary = ingest(articles, config, progress=progress, existing_only=True)
-    return replace(summary, too_large=skipped.count)
+    return replace(summary, too_large=skipped.count, unparsed=unparsed.count)
 
 
 def _encoded(
@@ -337,15 +346,24 @@ class Prepared:
 
 
 def _prepare(
-    chunks: Iterator[list[PreparedArticle]], backend: Backend, encoder: Encoder, config: Config, seen: SeenIds
+    chunks: Iterator[list[PreparedArticle]],
+    backend: Backend,
+    encoder: Encoder,
+    config: Config,
+    seen: SeenIds,
+    unparsed: SkipCount,
 ) -> Prepared | None:
     """Take the next prepared chunk and do what needs the index and the tokenizer; None at the end.
 
     Runs on one thread only (the "prepare" thread), so ``chunks`` is never advanced from two at once.
+    ``unparsed`` is told of the chunk's pages whose markup the fallback stripped.
     """
     chunk = next(chunks, None)
     if chunk is None:
         return None
+    for p in chunk:
+        if p.note is not None:
+            unparsed(p.note)
     latest = {p.article.id: p for p in chunk}  # an id seen twice in one chunk: the later text wins
     # An id seen in an earlier chunk is written by then (writes keep their order), though perhaps not
     # yet when this chunk is prepared: this later record replaces it.

@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from bertknn_search.errors import InputFormatError
-from bertknn_search.ingest.readers import Record, finish, record_size
+from bertknn_search.ingest.readers import Record, finish_noted, record_size
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article
 
@@ -51,6 +51,7 @@ class PreparedArticle:
     fingerprint: str
     sentences: list[str] | None  # None unless ``TextSpec.split``
     ir_fields: tuple[str, str] | None  # None unless ``TextSpec.ir_fields``
+    note: str | None = None  # a line to say about it: its markup was stripped by the fallback (``finish``)
 
 
 def fingerprint_settings(model: str, layer: int, mask_policy: str, max_length: int) -> tuple[str, ...]:
@@ -77,7 +78,7 @@ def prepare(records: Sequence[Record], spec: TextSpec) -> list[PreparedArticle]:
         from bertknn_search.backends.article_index import field_texts
     out = []
     for record in records:
-        article = finish(record)
+        article, note = finish_noted(record)
         text = article.text.strip()
         out.append(
             PreparedArticle(
@@ -85,6 +86,7 @@ def prepare(records: Sequence[Record], spec: TextSpec) -> list[PreparedArticle]:
                 article_fingerprint(article, spec.settings),
                 split_sentences(article.text) if spec.split and text else None,
                 field_texts(article.title, article.text) if spec.ir_fields and text else None,
+                note,
             )
         )
     return out

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from bertknn_search.config import MAX_ARTICLE_BYTES
 from bertknn_search.errors import ConfigError, InputFormatError
-from bertknn_search.ingest.wikitext import wikitext_to_text
+from bertknn_search.ingest.wikitext import page_text
 from bertknn_search.records import Article
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
@@ -49,13 +49,17 @@ _PARQUET_BATCH = 256  # rows
 _HEAD = 64
 # A dump nests 5 deep; expat keeps every open element, so nesting is bounded as text is.
 _MAX_DEPTH = 100
+# A dump declares 2 namespace prefixes, on its root. Expat keeps each declaration while its element is
+# open and each prefix's name to the end: 95 nested elements of 70,000 prefixes each (a 16 MB .bz2) held
+# 1.3 GB. So prefixes in scope at once, and different prefixes in a file, are bounded.
+_MAX_NAMESPACES = 100
 
 _REDIRECT = re.compile(r"\s*#redirect", re.I)
 _DOC_START = re.compile(r'<doc\s+id="(?P<id>[^"]*)"(?:\s+url="[^"]*")?\s+title="(?P<title>.*)">\s*$')
 
 
 def warn(message: str) -> None:
-    """Say on stderr, in one line, that an article was skipped (``read_articles``'s default)."""
+    """Say on stderr, in one line, what befell an article: skipped, or stripped by the fallback."""
     print(f"warning: {message}", file=sys.stderr)
 
 
@@ -66,6 +70,7 @@ def read_articles(
     *,
     max_bytes: int = MAX_ARTICLE_BYTES,
     on_skip: Callable[[str], None] = warn,
+    on_unparsed: Callable[[str], None] = warn,
 ) -> Iterator[Article]:
     """Stream the articles of a corpus file, or of every file under a directory (sorted by path).
 
@@ -80,12 +85,17 @@ def read_articles(
     compressed file (bz2, gzip, xz) expands to; a parquet row group is read whole, and is refused when
     its metadata says it holds more than ``PARQUET_GROUP_ARTICLES`` articles of ``max_bytes``.
 
+    An XML page's markup is parsed under a bound of time, isolated from crashes of the parser
+    (``wikitext.page_text``); a page the parser cannot take gets the plain fallback's text, and
+    ``on_unparsed`` one line naming it.
+
     Args:
         path: a file, or a directory read recursively (hidden files skipped), each file in its own format.
         limit: stop after this many articles (skipped ones do not count).
         fmt: one of ``FORMATS`` to skip detection (applies to every file of a directory).
         max_bytes: the most bytes one article may hold.
         on_skip: called with a one-line message for each article skipped for its size.
+        on_unparsed: called with a one-line message for each page whose markup the fallback stripped.
 
     Returns:
         An iterator of articles; ``id`` is the page id as a string, ``title`` and ``text`` are stripped.
@@ -94,16 +104,25 @@ def read_articles(
         InputFormatError: the path is missing, the format unknown, or a file is truncated, corrupt,
             not UTF-8, malformed or lacks id/title/text; an article has an empty title or text that is
             not valid Unicode (an escaped lone surrogate); an XML file holds a tag or comment longer than
-            ``max_bytes`` or elements nested past any dump, or a parquet row group is over its bound. The
-            message is one line naming the file.
+            ``max_bytes``, elements nested past any dump or more namespace prefixes than one declares
+            (``_MAX_NAMESPACES``), or a parquet row group is over its bound. The message is one line
+            naming the file.
         ConfigError: ``limit`` is negative or ``max_bytes`` not positive.
     """
-    return (finish(record) for record in read_records(path, limit, fmt, max_bytes=max_bytes, on_skip=on_skip))
+    records = read_records(path, limit, fmt, max_bytes=max_bytes, on_skip=on_skip)
+    return (finish(record, on_unparsed) for record in records)
+
+
+class Noted(NamedTuple):
+    """An article with a line to say about it: its markup was stripped by the fallback (``finish``)."""
+
+    article: Article
+    note: str
 
 
 # A record as read, before its own work (JSON decoding, markup stripping, checks): an Article already, or
 # a module-level function and its arguments, so a worker process can do that work (``finish``).
-Record = Article | tuple[Callable[..., Article], tuple[Any, ...]]
+Record = Article | tuple[Callable[..., Article | Noted], tuple[Any, ...]]
 
 
 def read_records(
@@ -188,12 +207,21 @@ class _Bound:
         )
 
 
-def finish(record: Record) -> Article:
-    """The article of a record from ``read_records``."""
+def finish(record: Record, on_unparsed: Callable[[str], None] = warn) -> Article:
+    """The article of a record from ``read_records``; ``on_unparsed`` hears of pages the fallback stripped."""
+    article, note = finish_noted(record)
+    if note is not None:
+        on_unparsed(note)
+    return article
+
+
+def finish_noted(record: Record) -> tuple[Article, str | None]:
+    """``finish``, with the line to say about the article (None: nothing), for a caller to say later."""
     if isinstance(record, Article):
-        return record
+        return record, None
     make, args = record
-    return make(*args)
+    made = make(*args)
+    return (made.article, made.note) if isinstance(made, Noted) else (made, None)
 
 
 def record_size(record: Record) -> int:
@@ -337,6 +365,8 @@ class _Pages:
         self._fields: dict[str, _Field] = {}
         self._field: _Field | None = None  # where character data goes now; None: dropped
         self._redirect = False
+        self._declared = 0  # namespace declarations in scope
+        self._prefixes: set[str | None] = set()  # prefixes declared in the file (None: the default one)
 
     def parser(self) -> expat.XMLParserType:
         self._parser = parser = expat.ParserCreate(namespace_separator="}")  # "uri}page": namespace ignored
@@ -346,12 +376,30 @@ class _Pages:
         parser.StartElementHandler = self._start
         parser.EndElementHandler = self._end
         parser.CharacterDataHandler = self._data
+        parser.StartNamespaceDeclHandler = self._declare
+        parser.EndNamespaceDeclHandler = self._undeclare
         return parser
 
     def take(self) -> list[_Item]:
         """What the pages finished since the last call make: records, sizes to skip and errors."""
         done, self._done = self._done, []
         return done
+
+    def _declare(self, prefix: str | None, uri: str | None) -> None:
+        self._declared += 1
+        if len(self._prefixes) < _MAX_NAMESPACES:
+            self._prefixes.add(prefix)
+        elif prefix not in self._prefixes:
+            self._declared = _MAX_NAMESPACES + 1
+        if self._declared > _MAX_NAMESPACES:
+            raise InputFormatError(
+                f"{self._path}: more than {_MAX_NAMESPACES} XML namespace prefixes declared (in scope at once"
+                f" or in the file) at line {self._parser.CurrentLineNumber}; a MediaWiki dump declares 2:"
+                " not a dump"
+            )
+
+    def _undeclare(self, prefix: str | None) -> None:
+        self._declared -= 1
 
     def _start(self, name: str, attrs: dict[str, str]) -> None:
         self.events += 1
@@ -413,8 +461,14 @@ class _Pages:
         return _page_text, (self._path, where, page_id, title, wikitext)
 
 
-def _page_text(path: Path, where: str, page_id: str, title: str, wikitext: str) -> Article:
-    return _article(path, where, page_id, title, wikitext_to_text(wikitext))
+def _page_text(path: Path, where: str, page_id: str, title: str, wikitext: str) -> Article | Noted:
+    text, why = page_text(wikitext)
+    article = _article(path, where, page_id, title, text)
+    if why is None:
+        return article
+    return Noted(
+        article, f"{path}: {where} ({title!r}): {why}; its markup was stripped by the plain fallback"
+    )
 
 
 def _read_jsonl(path: Path, bound: _Bound) -> Iterator[Record]:

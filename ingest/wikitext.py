@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import html
+import math
+import os
 import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
 
-from mwparserfromhell.definitions import is_visible
+from mwparserfromhell.definitions import INVISIBLE_TAGS, PARSER_BLACKLIST, is_visible
 from mwparserfromhell.nodes import Argument, Comment, Heading, Node, Tag, Template, Text, Wikilink
 from mwparserfromhell.parser import Parser
 from mwparserfromhell.parser import tokens as tk
@@ -58,8 +68,13 @@ def wikitext_to_text(wikitext: str) -> str:
     Returns:
         One paragraph per line, whitespace collapsed inside lines; "" when nothing is left.
     """
+    return _prose(_stripped(_COMMENTS_AND_REFS.sub("", wikitext)))
+
+
+def _prose(stripped: str) -> str:
+    """The lines of stripped wikitext that read as prose, whitespace collapsed (``wikitext_to_text``)."""
     lines = []
-    for raw in _stripped(_COMMENTS_AND_REFS.sub("", wikitext)).split("\n"):
+    for raw in stripped.split("\n"):
         line = raw.replace(_LIST_MARK, " ")
         # Most lines hold no "__" and no "(": the checks skip substitutions that could not match.
         if "__" in line:
@@ -367,3 +382,305 @@ class _TokenStrip:
         _prune(code)
         parts = [str(s) for node in code.nodes if (s := node.__strip__(normalize=True, collapse=True))]
         return "".join(parts)
+
+
+# -- One page's parse, bounded ------------------------------------------------------------------------
+# mwparserfromhell's C tokenizer is bounded neither in time nor in stack. Its time grows with the square of
+# a page for runs of constructs that never close ("{{a|b=", "{|", "[[a|", "<b>", "<table>", "<nowiki>"
+# repeated: 29 KiB took 19 s, a 600 KB page more than 150 s), and a heading line recurses once per "=" run
+# in it, on the C stack: a 400 KB page of "===x" kills the process (SIGSEGV), and every re-run with it. So
+# ``page_text`` parses each page in a child process under a bound of CPU time that grows with the page;
+# a page past its bound, or one that crashes the child, gets ``plain_text`` instead (and a new child).
+PARSE_SECONDS = 3.0  # a page's bound: this, and PARSE_SECONDS_PER_MB per million characters
+PARSE_SECONDS_PER_MB = 10.0  # real pages parse at 0.4 to 2.5 MB/s (enwiki sample; the slowest: 0.2 s)
+_START_SECONDS = 60.0  # for a new child to import the parser and say it is ready
+_REQUEST = struct.Struct("<Qd")  # the page's UTF-8 bytes, its bound in seconds; then the bytes
+_REPLY = struct.Struct("<BQ")  # 0: prose (1: the parser's error message), its bytes; then the bytes
+_READY = b"\x01"
+_SERVE = "from bertknn_search.ingest.wikitext import _serve; _serve()"
+
+
+def parse_bound(wikitext: str) -> float:
+    """Seconds of CPU time one page's parse may take: ``PARSE_SECONDS`` and ``PARSE_SECONDS_PER_MB``."""
+    return PARSE_SECONDS + PARSE_SECONDS_PER_MB * len(wikitext) / 1e6
+
+
+def page_text(wikitext: str) -> tuple[str, str | None]:
+    """``wikitext_to_text`` of one page, parsed in a child process under ``parse_bound``.
+
+    Returns:
+        The page's prose and None; or, when the parse ran past its bound or the parser crashed or
+        failed on the page, ``plain_text`` of it and why (a phrase: "the wikitext parser crashed on it
+        (SIGSEGV)"), for the caller to say. The child is replaced after a page it did not finish.
+    """
+    return _PARSER.text(wikitext)
+
+
+class _ParserProcess:
+    """The child process pages are parsed in (``_serve``), started on first use and after one dies.
+
+    One per process, shared by its threads (one page at a time). Where no child can be started (not a
+    POSIX system, or an interpreter that cannot run ``-c``), pages are parsed in this process, unbounded,
+    as before, after one line that says so.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._owner = 0  # the pid that started ``_child``: a forked copy of this process starts its own
+        self._here = not hasattr(select, "poll")  # parse in this process (poll() on pipes is POSIX only)
+
+    def text(self, wikitext: str) -> tuple[str, str | None]:
+        with self._lock:
+            data = wikitext.encode("utf-8", "surrogatepass")
+            bound = parse_bound(wikitext)
+            for _ in range(2):  # a child that died between pages (killed from outside) is replaced once
+                child = None if self._here else self._started()
+                if child is None:
+                    return wikitext_to_text(wikitext), None
+                try:
+                    _write_all(child, _REQUEST.pack(len(data), bound) + data)
+                except OSError:
+                    self._stop()
+                    continue
+                deadline = time.monotonic() + 3 * bound + 10  # CPU time is bounded in the child
+                head = _read_exactly(child, _REPLY.size, deadline)
+                status, size = _REPLY.unpack(head) if head is not None else (0, 0)
+                body = _read_exactly(child, size, deadline) if head is not None else None
+                if body is None:
+                    return plain_text(wikitext), self._failed(bound, len(wikitext))
+                out = body.decode("utf-8", "surrogatepass")
+                if status:
+                    return plain_text(wikitext), f"the wikitext parser failed on it ({out})"
+                return out, None
+            return plain_text(wikitext), "the wikitext parser could not be given it (its process died)"
+
+    def _started(self) -> subprocess.Popen[bytes] | None:
+        if self._child is not None and self._owner == os.getpid():
+            return self._child
+        self._child = None  # a forked copy's child is its parent's, left alone
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-c", _SERVE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                bufsize=0,
+                start_new_session=True,  # a Ctrl-C in a terminal is this process's to handle, not its
+            )
+        except OSError as exc:
+            return self._unstarted(str(exc))
+        if _read_exactly(child, len(_READY), time.monotonic() + _START_SECONDS) != _READY:
+            child.kill()
+            child.wait()
+            return self._unstarted(f"{sys.executable} -c {_SERVE!r} exited with status {child.returncode}")
+        self._child, self._owner = child, os.getpid()
+        return child
+
+    def _unstarted(self, why: str) -> None:
+        self._here = True
+        print(
+            f"warning: cannot start a process to parse wikitext in ({why}); parsing in this one, with no"
+            " bound of time",
+            file=sys.stderr,
+        )
+
+    def _failed(self, bound: float, chars: int) -> str:
+        """Why the child gave no reply (it is stopped now, and replaced on the next page)."""
+        code = self._stop()
+        if code is None or code == -signal.SIGXCPU:
+            return f"the wikitext parser ran past its bound of {bound:.1f} s for {chars:,} characters"
+        if code < 0:
+            return f"the wikitext parser crashed on it ({signal.Signals(-code).name})"
+        return f"the wikitext parser exited on it (status {code})"
+
+    def _stop(self) -> int | None:
+        """Stop the child; how it ended on its own (``returncode``), None if it had to be killed."""
+        child, self._child = self._child, None
+        if child is None:
+            return 0
+        try:
+            code: int | None = child.wait(1)  # its output ended: it is ending (its reply ran late: killed)
+        except subprocess.TimeoutExpired:
+            code = None
+            child.kill()
+            child.wait()
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+        return code
+
+
+def _write_all(child: subprocess.Popen[bytes], data: bytes) -> None:
+    assert child.stdin is not None
+    view = memoryview(data)
+    while view:
+        view = view[os.write(child.stdin.fileno(), view) :]
+
+
+def _read_exactly(child: subprocess.Popen[bytes], n: int, deadline: float) -> bytes | None:
+    """``n`` bytes from the child by ``deadline``; None if it ends its output or the time runs out first."""
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+    ready = select.poll()  # not select(): a process with many files open has descriptors past its 1024
+    ready.register(fd, select.POLLIN)
+    pieces, got = [], 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not ready.poll(math.ceil(left * 1000)):
+            return None
+        piece = os.read(fd, min(n - got, 1 << 20))
+        if not piece:
+            return None
+        pieces.append(piece)
+        got += len(piece)
+    return b"".join(pieces)
+
+
+def _serve() -> None:
+    """The child's loop: a page in, its prose out, until its input ends (``_ParserProcess``)."""
+    reply = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed by accident goes where stderr goes, never into a reply
+    try:
+        import resource
+    except ImportError:
+        resource = None  # type: ignore[assignment]
+    if resource is not None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash on a page leaves no core file
+    pages = sys.stdin.buffer
+    reply.write(_READY)
+    reply.flush()
+    while len(head := pages.read(_REQUEST.size)) == _REQUEST.size:
+        size, seconds = _REQUEST.unpack(head)
+        wikitext = pages.read(size).decode("utf-8", "surrogatepass")
+        if resource is not None:  # past it the kernel stops this process (SIGXCPU)
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+            soft = math.ceil(used.ru_utime + used.ru_stime + seconds)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft if hard < 0 else min(soft, hard), hard))
+        try:
+            status, out = 0, wikitext_to_text(wikitext)
+        except Exception as exc:  # a ParserError, a RecursionError of the tree path
+            status, out = 1, " ".join(f"{type(exc).__name__}: {exc}".split())
+        data = out.encode("utf-8", "surrogatepass")
+        reply.write(_REPLY.pack(status, len(data)) + data)
+        reply.flush()
+
+
+_PARSER = _ParserProcess()
+
+
+# -- The fallback: prose by one linear pass ---------------------------------------------------------
+_PLAIN_TOKEN = re.compile(
+    r"<!--|\{\{|\}\}|\{\||\|\}(?!\})|\[\[|\]\]|<(/?)([A-Za-z][\w-]{0,30})((?:\s[^<>]{0,1000})?/?)>"
+)
+_PLAIN_DEPTH = 100  # constructs tracked open at once (the tokenizer's own limit); more are dropped
+_PLAIN_SKIPPED = _DROPPED_TAGS | frozenset(INVISIBLE_TAGS)  # tags dropped with what they hold
+_PLAIN_LITERAL = frozenset(PARSER_BLACKLIST) - _PLAIN_SKIPPED  # tags whose contents are shown as written
+_CLOSERS_OF = {"}}": "{{", "|}": "{|", "]]": "[["}
+_EXTERNAL_LINK = re.compile(
+    r"\[(?:[A-Za-z][\w+.-]{0,20}:)?//[^\s\[\]<>]{1,2000}(?:[ \t]+([^\[\]\n]{0,1000}))?\]"
+)
+_QUOTES = re.compile(r"''+")
+_LIST_START = re.compile(r"[*#;:]+")
+
+
+def plain_text(wikitext: str) -> str:
+    """Prose of a page by one pass over its markup, in time linear in the page: ``page_text``'s fallback.
+
+    What ``wikitext_to_text`` drops, it drops too (comments, templates, tables, refs and the tags
+    MediaWiki hides, headings, File/Category/interlanguage links, magic words, list items that are no
+    sentence), and it keeps link text; but no template is rendered as words (``{{convert|...}}`` is
+    dropped), and a construct left open hides the rest of the page (a template or table) or only its
+    own markup (a link or tag). It never raises.
+    """
+    out: list[str] = []
+    opened: list[tuple[str, int]] = []  # "{{", "{|" or "[[", and where in ``out`` each one's text starts
+    hidden = 0  # of ``opened``, the templates and tables: text inside one is dropped
+    ends = _EndTags(wikitext)
+    pos = 0
+    while (m := _PLAIN_TOKEN.search(wikitext, pos)) is not None:
+        if not hidden:
+            out.append(wikitext[pos : m.start()])
+        token, pos = m.group(), m.end()
+        if token == "<!--":
+            end = wikitext.find("-->", pos)
+            pos = len(wikitext) if end < 0 else end + 3
+        elif token in ("{{", "{|", "[["):
+            if len(opened) < _PLAIN_DEPTH:
+                opened.append((token, len(out)))
+                hidden += token != "[["
+        elif token in _CLOSERS_OF:
+            k = len(opened) - 1
+            while k >= 0 and opened[k][0] != _CLOSERS_OF[token]:
+                k -= 1
+            if k < 0:
+                continue  # a stray end: dropped
+            closed = opened[k:]
+            del opened[k:]
+            hidden -= sum(kind != "[[" for kind, _ in closed)
+            if token == "]]" and not hidden:
+                start = closed[0][1]
+                inner = "".join(out[start:])
+                del out[start:]
+                out.append(_plain_link(inner))
+        else:
+            name = m.group(2).lower()
+            if name in _PLAIN_SKIPPED or name in _PLAIN_LITERAL:
+                if m.group(1) or m.group(3).endswith("/"):
+                    continue  # an end tag without its start, or a tag that holds nothing
+                end_tag = ends.after(name, pos)
+                if end_tag is None:
+                    continue  # never ended: only the tag itself goes
+                if name in _PLAIN_LITERAL and not hidden:
+                    out.append(wikitext[pos : end_tag.start()])
+                pos = end_tag.end()
+            elif name == "br" and not hidden:
+                out.append(" ")
+    if not hidden:
+        out.append(wikitext[pos:])
+    text = html.unescape(_QUOTES.sub("", _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", "".join(out))))
+    lines = []
+    for line in text.split("\n"):
+        line = line.lstrip()
+        if line.startswith("="):
+            continue  # a heading
+        marks = _LIST_START.match(line)
+        if marks:
+            line = (_LIST_MARK if marks.group().strip(":") else "") + line[marks.end() :]
+        lines.append(line)
+    return _prose("\n".join(lines))
+
+
+def _plain_link(inner: str) -> str:
+    """What ``[[inner]]`` shows: the text after its first "|", else its title; hidden links nothing."""
+    title, pipe, label = inner.partition("|")
+    if _HIDDEN_LINK.match(title) or (not pipe and _INTERLANGUAGE.match(title)):
+        return ""
+    return label if pipe else title
+
+
+class _EndTags:
+    """The next end tag of each name after a position; each name's search moves left to right only."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._found: dict[str, re.Match[str] | None] = {}
+
+    def after(self, name: str, pos: int) -> re.Match[str] | None:
+        if name in self._found:
+            found = self._found[name]
+            if found is None or found.start() >= pos:
+                return found  # None: there is none after an earlier position, so none after this one
+        found = _end_tag(name).search(self._text, pos)
+        self._found[name] = found
+        return found
+
+
+_END_TAGS: dict[str, re.Pattern[str]] = {}
+
+
+def _end_tag(name: str) -> re.Pattern[str]:
+    if name not in _END_TAGS:
+        _END_TAGS[name] = re.compile(rf"</{re.escape(name)}\s*>", re.I)
+    return _END_TAGS[name]

@@ -29,7 +29,7 @@ SECTIONS = [
     "Contexts on demand (lazy datastore)",
     "Cold questions: anytime answers",
     "Backends",
-    "OpenSearch",
+    "OpenSearch and Elasticsearch",  # was "OpenSearch", before the Elasticsearch backend
     "Evaluation",
     "Reproducing the paper",
     "Real weights",

@@ -8,6 +8,7 @@ The BM25 article index beside it (``article_index``) is kept in step with SQLite
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import threading
@@ -40,6 +41,7 @@ from bertknn_search.errors import (
     StoreWriteError,
 )
 from bertknn_search.records import (
+    Article,
     ArticleHit,
     ContextBlock,
     EncodedArticle,
@@ -56,6 +58,13 @@ SCHEMA_VERSION = "5"  # 2: accent-folded terms, max_length; 3: tantivy, lazy con
 # holds plain TEXT rows, which are read as they are, and becomes "5" at its first write that stores text or
 # contexts (rows then mix).
 READABLE_VERSIONS = ("4", SCHEMA_VERSION)
+# How a stored text is checked against its article's row (``_article_text``): an article of n characters
+# holds at most 4n bytes of UTF-8, and its sentence list's JSON at most 6 bytes a character (an escaped
+# control character) and 4 a sentence (its quotes and separator); this bound is looser still.
+UTF8_BYTES_PER_CHAR = 4
+SENTENCES_BYTES_PER_CHAR = 16
+SENTENCES_SLACK = 4096
+_INGEST_FINGERPRINT = re.compile(r"[0-9a-f]{20}")  # the form ``article_fingerprint`` gives
 DICTIONARY_KEY = "text_dictionary"  # meta: the zstd dictionary trained on the first large write
 POPULARITY_TABLE = (
     "CREATE TABLE IF NOT EXISTS popularity"
@@ -363,15 +372,50 @@ class EmbeddedBackend(ContextStoreSide):
             cur.execute("INSERT INTO meta VALUES (?, ?)", (DICTIONARY_KEY, dictionary))
             self._codec = TextCodec(dictionary)
 
-    def _unpack(self, stored: str | bytes, what: str) -> str:
-        """A stored text or sentence list; ``what`` names it in the error ("text of article 'x' is")."""
+    def _unpack(self, stored: str | bytes, what: str, max_bytes: int | None = None) -> str:
+        """A stored text or sentence list of at most ``max_bytes`` bytes (``TextCodec.unpack``); ``what``
+        names it in the error ("text of article 'x' is")."""
         try:
-            return self._codec.unpack(stored)
+            return self._codec.unpack(stored, max_bytes)
         except ValueError as exc:
-            raise IndexCorruptError(
-                f"index at {self.path}: the stored {what} damaged ({exc}); add that article again or rebuild"
-                " the index with ingest"
-            ) from exc
+            raise self._damaged(what, str(exc)) from exc
+
+    def _damaged(self, what: str, why: str) -> IndexCorruptError:
+        return IndexCorruptError(
+            f"index at {self.path}: the stored {what} damaged ({why}); add that article again or rebuild"
+            " the index with ingest"
+        )
+
+    def _article_text(
+        self,
+        article_id: str,
+        title: str,
+        stored: str | bytes,
+        n_chars: int,
+        fingerprint: str,
+        popularity: float | None,
+    ) -> str:
+        """An article's stored text, checked against its row in ``articles``.
+
+        Decompressed only up to the bytes its recorded length (``n_chars``) allows, it must have that
+        many characters, and, where the article's fingerprint is one ingest computed (20 hex digits of
+        ``article_fingerprint``), give that fingerprint again with the index's settings, its title and
+        popularity: a frame or text of another article (or an integer, which SQLite gives back as text)
+        is an IndexCorruptError naming the article, never another article's text.
+        """
+        what = f"text of article {article_id!r} is"
+        text = self._unpack(stored, what, UTF8_BYTES_PER_CHAR * max(n_chars, 0))
+        if len(text) != n_chars:
+            raise self._damaged(what, f"{len(text):,} characters where the article records {n_chars:,}")
+        if _INGEST_FINGERPRINT.fullmatch(fingerprint):
+            # Imported here: the ingest side (its readers import pyarrow) is needed only once a text is read.
+            from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
+
+            meta = self._meta
+            settings = fingerprint_settings(meta.model, meta.layer, meta.mask_policy, meta.max_length)
+            if article_fingerprint(Article(article_id, title, text, popularity), settings) != fingerprint:
+                raise self._damaged(what, "not the text its article's fingerprint was made from")
+        return text
 
     @contextmanager
     def _write(self, articles: int, stores: bool = True) -> Iterator[sqlite3.Cursor]:
@@ -546,23 +590,25 @@ class EmbeddedBackend(ContextStoreSide):
         wanted = sorted({aid for aid, _ in refs})
         marks = ",".join("?" * len(wanted))
         sql = (
-            "SELECT a.id, c.sentences FROM contexts c JOIN articles a ON a.rowid = c.article"
+            "SELECT a.id, c.sentences, a.n_chars FROM contexts c JOIN articles a ON a.rowid = c.article"
             f" WHERE a.id IN ({marks})"
         )
         if self._parts:
             sql += (
-                " UNION ALL SELECT a.id, v.sentences FROM coverage v JOIN articles a ON a.rowid = v.article"
-                f" WHERE a.id IN ({marks})"
+                " UNION ALL SELECT a.id, v.sentences, a.n_chars FROM coverage v JOIN articles a"
+                f" ON a.rowid = v.article WHERE a.id IN ({marks})"
             )
         with self._read() as cur:
             rows = cur.execute(sql, wanted * (2 if self._parts else 1)).fetchall()
             self._text_codec(cur)
-        texts = {aid: self._sentence_list(aid, s) for aid, s in rows}
+        texts = {aid: self._sentence_list(aid, s, n) for aid, s, n in rows}
         return [texts[aid][i] if aid in texts and i < len(texts[aid]) else "" for aid, i in refs]
 
-    def _sentence_list(self, article_id: str, stored: str | bytes) -> list[str]:
+    def _sentence_list(self, article_id: str, stored: str | bytes, n_chars: int | None = None) -> list[str]:
+        """An article's stored sentence list; decompressed only up to what ``n_chars`` characters allow."""
+        bound = None if n_chars is None else SENTENCES_BYTES_PER_CHAR * max(n_chars, 0) + SENTENCES_SLACK
         try:
-            value = json.loads(self._unpack(stored, f"sentences of article {article_id!r} are"))
+            value = json.loads(self._unpack(stored, f"sentences of article {article_id!r} are", bound))
         except (TypeError, ValueError) as exc:
             value = exc
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -70,6 +70,7 @@ class ContextStoreSide:
     _lock: threading.Lock
     _meta: IndexMeta
     _parts: bool
+    _popularity: bool
     _read_only: str
     _read: Callable[[], AbstractContextManager[sqlite3.Cursor]]
     _write: Callable[..., AbstractContextManager[sqlite3.Cursor]]
@@ -79,8 +80,9 @@ class ContextStoreSide:
     _put_block: Callable[[sqlite3.Cursor, int, ContextBlock], None]
     _block: Callable[..., Block]
     _text_codec: Callable[[sqlite3.Cursor], TextCodec]
-    _unpack: Callable[[str | bytes, str], str]
-    _sentence_list: Callable[[str, str | bytes], list[str]]
+    _unpack: Callable[..., str]
+    _article_text: Callable[..., str]
+    _sentence_list: Callable[..., list[str]]
 
     # -- the lazy datastore's side (ContextStore) ---------------------------------------------------
     def ensure_contexts(self, article_ids: Sequence[str], plan: EncodePlan | None = None) -> int:
@@ -101,19 +103,24 @@ class ContextStoreSide:
         marks = ",".join("?" * len(ids))
         part = "v.total, v.done, v.sentences" if self._parts else "NULL, NULL, NULL"
         join = "LEFT JOIN coverage v ON v.article = a.rowid" if self._parts else ""
+        # What an article's text is checked against (``_article_text``): its length, and its fingerprint's
+        # other parts.
+        popularity_sql = (
+            "(SELECT p.value FROM popularity p WHERE p.article = a.rowid)" if self._popularity else "NULL"
+        )
         with self._read() as cur:
             rows = cur.execute(
-                f"SELECT a.id, a.title, t.text, a.fingerprint, {part} FROM articles a JOIN texts t"
-                f" ON t.article = a.rowid {join} WHERE a.id IN ({marks})"
+                f"SELECT a.id, a.title, t.text, a.fingerprint, {part}, a.n_chars, {popularity_sql}"
+                f" FROM articles a JOIN texts t ON t.article = a.rowid {join} WHERE a.id IN ({marks})"
                 " AND NOT EXISTS (SELECT 1 FROM contexts c WHERE c.article = a.rowid) ORDER BY a.id",
                 ids,
             ).fetchall()
             self._text_codec(cur)
         out = []
-        for aid, title, text, fp, total, done, sentences in rows:
+        for aid, title, text, fp, total, done, sentences, n_chars, popularity in rows:
             rows_done = np.zeros(0, np.int64) if total is None else _unpack_rows(done, total)
-            listed = None if sentences is None else self._sentence_list(aid, sentences)
-            article = Article(aid, title, self._unpack(text, f"text of article {aid!r} is"))
+            listed = None if sentences is None else self._sentence_list(aid, sentences, n_chars)
+            article = Article(aid, title, self._article_text(aid, title, text, n_chars, fp, popularity))
             out.append(PendingArticle(article, fp, rows_done, listed))
         return out
 

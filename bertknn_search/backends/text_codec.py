@@ -49,20 +49,36 @@ class TextCodec:
         packed = self._contexts()[0].compress(raw)
         return packed if len(packed) < len(raw) else text
 
-    def unpack(self, stored: str | bytes) -> str:
+    def unpack(self, stored: str | bytes, max_bytes: int | None = None) -> str:
         """The text a stored value holds.
 
+        Args:
+            stored: a value ``pack`` made (or a plain text row).
+            max_bytes: the most UTF-8 bytes the text may hold (what its recorded length allows). A frame
+                whose header says it holds more, or does not say, is refused before anything is
+                decompressed; zstd writes no more than a frame's header says (a frame that holds more
+                is an error), so decompression never goes past the bound. None: no bound.
+
         Raises:
-            ValueError: the value is damaged, or was compressed with a dictionary this codec lacks.
+            ValueError: the value is damaged, larger than ``max_bytes``, not text, or was compressed with
+                a dictionary this codec lacks.
         """
         if isinstance(stored, str):
             return stored
         if not isinstance(stored, bytes):
             raise ValueError(f"a {type(stored).__name__} where text was stored")
         try:
-            wanted = zstandard.get_frame_parameters(stored).dict_id
-            if wanted and wanted != self.dict_id:
-                raise ValueError(f"it needs zstd dictionary {wanted}, which the index does not hold")
+            frame = zstandard.get_frame_parameters(stored)
+            if frame.dict_id and frame.dict_id != self.dict_id:
+                raise ValueError(f"it needs zstd dictionary {frame.dict_id}, which the index does not hold")
+            size = frame.content_size
+            if max_bytes is not None and size == zstandard.CONTENTSIZE_UNKNOWN:  # all of ``pack``'s say it
+                raise ValueError("not a zstd frame of UTF-8 text: its header does not say its size")
+            if max_bytes is not None and size > max_bytes:
+                raise ValueError(
+                    f"its zstd frame holds {size:,} bytes, more than the {max_bytes:,} its recorded length"
+                    " allows"
+                )
             return self._contexts()[1].decompress(stored).decode("utf-8")
         except (zstandard.ZstdError, UnicodeDecodeError) as exc:
             raise ValueError(f"not a zstd frame of UTF-8 text: {exc}") from exc
