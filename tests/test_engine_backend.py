@@ -274,7 +274,8 @@ def test_bulk_settings_are_applied_then_restored(backend: EngineBackend, config:
     before = index_settings()
     backend.add_articles(ARTICLES[:1])
     during = index_settings()
-    assert (during["refresh_interval"], during["number_of_replicas"]) == ("-1", "0")
+    # No periodic refresh while loading, and the replicas kept: a node lost during an add loses nothing.
+    assert (during["refresh_interval"], during["number_of_replicas"]) == ("-1", before["number_of_replicas"])
     backend.close()
     after = index_settings()
     assert after.get("refresh_interval") == before.get("refresh_interval")
@@ -288,7 +289,7 @@ def test_settings_survive_an_add_that_died_in_bulk_mode(config: Config) -> None:
     first.add_articles(ARTICLES[:1])
     first.client.close()  # the process dies: close() never restores
     stuck = raw(config).indices.get_settings(index="bk-articles")["bk-articles"]["settings"]["index"]
-    assert (stuck["refresh_interval"], stuck["number_of_replicas"]) == ("-1", "0")
+    assert (stuck["refresh_interval"], stuck["number_of_replicas"]) == ("-1", "2")
 
     second = EngineBackend.open(config)
     second.add_articles(ARTICLES[1:2])
@@ -390,7 +391,7 @@ def test_overlapping_adds_leave_the_restore_record_to_the_last_one(
 
     monkeypatch.setattr(a.client.indices, "get_mapping", b_enters_meanwhile)
     a.close()  # the record is b's now: a leaves it
-    assert settings() == ("-1", "0")
+    assert settings() == ("-1", "2")
     b.client.close()  # b dies in bulk mode
     later = EngineBackend.open(config)
     later.add_articles(ARTICLES[2:3])
@@ -447,7 +448,9 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: EngineBacken
         index="bk-articles", body={"ids": ["1", "3", "404"]}, _source_includes=["fingerprint"], realtime=False
     )
     mocked.client.search.assert_called_once_with(
-        index="bk-contexts", body=mocked.dialect.knn_exact_body(query, 2, ["1:a1", "3:a3"])
+        index="bk-contexts",
+        body=mocked.dialect.knn_exact_body(query, 2, ["1:a1", "3:a3"]),
+        allow_partial_search_results=False,  # every shard answers, or the search is refused and retried
     )
     assert got.article_ids == ["3", "1"]
     np.testing.assert_allclose(got.distances, [0.5, 2.0], rtol=1e-6)
@@ -535,6 +538,55 @@ def test_transient_faults_are_retried(mocked: EngineBackend, fault: Exception) -
     assert mocked.search_articles("Quimby harbour", 3) == [ArticleHit("2", "Quimby", 1.5)]
     assert mocked.client.search.call_count == 3
     assert mocked.client.search.call_args.kwargs["search_type"] == "dfs_query_then_fetch"
+
+
+@pytest.mark.reliability
+def test_an_answer_from_part_of_the_shards_is_retried_then_refused(mocked: EngineBackend) -> None:
+    partial = {
+        "_shards": {
+            "total": 3,
+            "successful": 2,
+            "failed": 1,
+            "failures": [{"reason": {"type": "node_lost"}}],
+        },
+        "hits": {"hits": []},
+    }
+    whole = {"_shards": {"total": 3, "successful": 3, "failed": 0}, "hits": {"hits": []}}
+    mocked.client.search.side_effect = [partial, whole]
+    assert mocked.search_articles("Quimby", 3) == []  # the second try had every shard
+    mocked.client.search.side_effect = [partial] * 3
+    with pytest.raises(BackendError) as info:
+        mocked.search_articles("Quimby", 3)
+    assert str(info.value) == (
+        "OpenSearch at https://search.example.org:9200 could not search articles from every shard after 3"
+        " attempts (1 of 3 shards of bk-articles failed (node_lost)); a node is down or recovering: check"
+        " the cluster's health, then run the command again"
+    )
+    mocked.client.mget.return_value = {"docs": [{"_id": "1", "error": {"type": "no_shard_available"}}]}
+    with pytest.raises(BackendError, match="1 documents of bk-articles could not be read"):
+        mocked.titles(["1"])
+
+
+@pytest.mark.reliability
+def test_a_write_block_is_said_as_such_and_not_retried(mocked: EngineBackend) -> None:
+    block = TransportError(
+        429,
+        "cluster_block_exception",
+        {
+            "error": {
+                "type": "cluster_block_exception",
+                "reason": "index [bk-articles] blocked by: [TOO_MANY_REQUESTS/12/disk usage exceeded"
+                " flood-stage watermark, index has read-only-allow-delete block]",
+            }
+        },
+    )
+    mocked.client.indices.get_settings.return_value = {}
+    mocked.client.indices.get_mapping.return_value = {}
+    mocked.client.indices.put_mapping.side_effect = block
+    with pytest.raises(BackendError) as info:
+        mocked.add_articles([ARTICLES[0]])
+    assert mocked.client.indices.put_mapping.call_count == 1  # a block is no overload: no retries
+    assert "the index refuses writes" in str(info.value) and "overloaded" not in str(info.value)
 
 
 @pytest.mark.reliability

@@ -120,17 +120,25 @@ class Dialect:
     def scan_ids(self, client: Any, index: str, query: dict[str, Any]) -> list[str]:
         """The ids of every doc of ``index`` that ``query`` matches: one search where they fit a page
         (most deletes: an article's old contexts, or none on a new index), else a scroll."""
+        from bertknn_search.backends.engine_client import PartialAnswer, whole_answer
+
         body = {**query, "size": SCAN_PAGE, "_source": False, "track_total_hits": False}
-        hits = client.search(index=index, body=body)["hits"]["hits"]
+        response = client.search(index=index, body=body, allow_partial_search_results=False)
+        whole_answer(getattr(response, "body", response), index)  # a delete must see every shard
+        hits = response["hits"]["hits"]
         if len(hits) < SCAN_PAGE:
             return [hit["_id"] for hit in hits]
-        return [hit["_id"] for hit in self._scan(client, index, {**query, "_source": False})]
+        try:
+            return [hit["_id"] for hit in self._scan(client, index, {**query, "_source": False})]
+        except self.scan_errors as exc:  # the scroll lost a shard on the way
+            raise PartialAnswer(f"a scroll of {index} failed: {exc}") from exc
 
     def _scan(self, client: Any, index: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
         raise NotImplementedError
 
     # -- reading the client's exceptions ----------------------------------------------------------
     errors: tuple[type[BaseException], ...] = ()  # every exception the client raises for a request
+    scan_errors: tuple[type[BaseException], ...] = ()  # its scroll helper's, for shards that failed
     not_found: tuple[type[BaseException], ...] = ()
 
     def status(self, exc: BaseException) -> int | None:
@@ -173,9 +181,11 @@ class OpenSearchDialect(Dialect):
     def __init__(self) -> None:
         from opensearchpy.exceptions import ConnectionError as OSConnectionError
         from opensearchpy.exceptions import NotFoundError, OpenSearchException, SSLError
+        from opensearchpy.helpers import ScanError
 
         self.errors = (OpenSearchException,)
         self.not_found = (NotFoundError,)
+        self.scan_errors = (ScanError,)
         self._connection_error, self._ssl_error = OSConnectionError, SSLError
 
     def connection(self, config: Config) -> Connection:
@@ -297,9 +307,11 @@ class ElasticsearchDialect(Dialect):
         from elastic_transport import ConnectionError as ESConnectionError
         from elastic_transport import TlsError, TransportError
         from elasticsearch import ApiError, NotFoundError
+        from elasticsearch.helpers import ScanError
 
         self.errors = (ApiError, TransportError)
         self.not_found = (NotFoundError,)
+        self.scan_errors = (ScanError,)
         self._api_error, self._connection_error, self._ssl_error = ApiError, ESConnectionError, TlsError
 
     def connection(self, config: Config) -> Connection:

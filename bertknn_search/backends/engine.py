@@ -20,7 +20,13 @@ import numpy as np
 from bertknn_search.backends import engine_bodies as bodies
 from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.dialects import Dialect, dialect
-from bertknn_search.backends.engine_client import RetryPolicy, bulk_error_message, call, public_url
+from bertknn_search.backends.engine_client import (
+    RetryPolicy,
+    bulk_error_message,
+    call,
+    public_url,
+    whole_answer,
+)
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, ConfigError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import (
@@ -40,9 +46,10 @@ BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
 MGET_CHUNK = 1000
 SEEN_MAX = 4096  # generations remembered from IR answers (see EngineBackend._seen)
 GENERATION_RETRIES = 3  # searches of one kNN query while the articles it searches are being replaced
-# While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete) and
-# no replica copies; both are put back by close().
-BULK_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
+# While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete); put
+# back by close(). Replicas stay: an add that dropped them would lose its shards with the first node
+# lost during it (the indices red, every question and re-run failing until the node came back).
+BULK_SETTINGS = {"refresh_interval": "-1"}
 
 
 class EngineBackend:
@@ -276,10 +283,7 @@ class EngineBackend:
             "sort": [{"id": "asc"}],
             "_source": False,
         }
-        response = self._call(
-            "find partly encoded articles",
-            lambda: self.client.search(index=self.names["articles"], body=body),
-        )
+        response = self._search("find partly encoded articles", "articles", body)
         return [hit["_id"] for hit in response["hits"]["hits"]]
 
     def touch(self, article_ids: Sequence[str]) -> None:
@@ -444,10 +448,7 @@ class EngineBackend:
         return {aid: src["fingerprint"] for aid, src in docs.items() if src.get("settled", False)}
 
     def find_titles(self, title: str, n: int) -> list[ArticleHit]:
-        response = self._call(
-            "look up a title",
-            lambda: self.client.search(index=self.names["articles"], body=bodies.title_body(title, n)),
-        )
+        response = self._search("look up a title", "articles", bodies.title_body(title, n))
         self._remember(response)
         return [
             ArticleHit(h["_id"], h["_source"]["title"], float("inf"), h["_source"].get("popularity"))
@@ -456,9 +457,7 @@ class EngineBackend:
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)
-        response = self._call(
-            "list titles", lambda: self.client.search(index=self.names["articles"], body=body)
-        )
+        response = self._search("list titles", "articles", body)
         return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in response["hits"]["hits"]]
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
@@ -466,12 +465,7 @@ class EngineBackend:
         body = bodies.search_body(query, n, self.dialect.bigram_field)
         if body is None:
             return []
-        response = self._call(
-            "search articles",
-            lambda: self.client.search(
-                index=self.names["articles"], body=body, search_type="dfs_query_then_fetch"
-            ),
-        )
+        response = self._search("search articles", "articles", body, search_type="dfs_query_then_fetch")
         self._remember(response)
         return bodies.parse_articles(response)
 
@@ -513,9 +507,25 @@ class EngineBackend:
         return bodies.parse_neighbors(response, k, searched)
 
     def _search_contexts(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call(
-            "search contexts", lambda: self.client.search(index=self.names["contexts"], body=body)
-        )
+        return self._search("search contexts", "contexts", body)
+
+    def _search(self, what: str, kind: str, body: dict[str, Any], **params: Any) -> dict[str, Any]:
+        """A search of index ``kind`` that answers from every shard or not at all.
+
+        A shard without a live copy (a node lost) would otherwise leave its hits out of a 200 answer: a
+        question answered from part of its neighbours, or a delete that misses contexts. Refused, it is
+        retried like any transient fault until the shard is back.
+        """
+        index = self.names[kind]
+
+        def search() -> dict[str, Any]:
+            response = self.client.search(
+                index=index, body=body, allow_partial_search_results=False, **params
+            )
+            whole_answer(getattr(response, "body", response), index)
+            return response
+
+        return self._call(what, search)
 
     def _generations(self, article_ids: Sequence[str]) -> dict[str, str]:
         # realtime=False reads the refreshed view, the same one the context search sees.
@@ -535,20 +545,19 @@ class EngineBackend:
         out: dict[str, dict[str, Any]] = {}
         for start in range(0, len(ids), MGET_CHUNK):
             chunk = list(ids[start : start + MGET_CHUNK])
-            response = self._call(
-                "read articles",
-                lambda chunk=chunk: self.dialect.mget(
-                    self.client, self.names["articles"], chunk, source, realtime
-                ),
-            )
+
+            def read(chunk: list[str] = chunk) -> dict[str, Any]:
+                response = self.dialect.mget(self.client, self.names["articles"], chunk, source, realtime)
+                whole_answer(getattr(response, "body", response), self.names["articles"])
+                return response
+
+            response = self._call("read articles", read)
             out.update({d["_id"]: d["_source"] for d in response["docs"] if d.get("found")})
         return out
 
     def stats(self) -> IndexStats:
         body = bodies.stats_body(self._has_parts)
-        counts = self._call(
-            "count articles", lambda: self.client.search(index=self.names["articles"], body=body)
-        )
+        counts = self._search("count articles", "articles", body)
         store = self._call(
             "read index sizes",
             lambda: self.client.indices.stats(index=",".join(self.names.values()), metric="store"),

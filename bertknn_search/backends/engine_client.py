@@ -39,12 +39,37 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
+class PartialAnswer(Exception):
+    """An engine answered from some of its shards only (a node lost): worth another try."""
+
+
+def whole_answer(response: dict[str, Any], index: str) -> None:
+    """Raise ``PartialAnswer`` where a search left shards out or an mget could not read a document.
+
+    ``allow_partial_search_results=false`` makes the engine refuse most of these itself; this also
+    catches an engine that ignores it and the per-document errors an mget answers with 200.
+    """
+    shards = response.get("_shards") or {}
+    if shards.get("failed"):
+        reasons = shards.get("failures") or [{}]
+        cause = (reasons[0].get("reason") or {}).get("type", "unknown")
+        raise PartialAnswer(f"{shards['failed']} of {shards.get('total')} shards of {index} failed ({cause})")
+    errors = [d for d in response.get("docs", ()) if d.get("error")]
+    if errors:
+        error = errors[0]["error"]
+        cause = error.get("type", "unknown") if isinstance(error, dict) else str(error)
+        raise PartialAnswer(f"{len(errors)} documents of {index} could not be read ({cause})")
+
+
 def is_transient(exc: BaseException, engine: Dialect) -> bool:
-    """Worth another try: the connection failed or timed out, or the server said 429 or 5xx."""
-    if engine.is_connection_error(exc):
+    """Worth another try: the connection failed or timed out, part of the shards did not answer, or the
+    server said 429 or 5xx, except for an index that refuses writes (a block: trying again cannot help)."""
+    if isinstance(exc, PartialAnswer) or engine.is_connection_error(exc):
         return True
     status = engine.status(exc)
-    return status is not None and (status == 429 or status >= 500)
+    if status is None or "cluster_block_exception" in engine.reason(exc):
+        return False
+    return status == 429 or status >= 500
 
 
 def call(
@@ -78,6 +103,15 @@ def call(
     )
     try:
         result = retrying(fn)
+    except PartialAnswer as exc:
+        attempts = retrying.statistics.get("attempt_number", 1)
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        raise BackendError(
+            one_line(
+                f"{engine.title} at {url} could not {what} from every shard{tries} ({exc}); a node is"
+                " down or recovering: check the cluster's health, then run the command again"
+            )
+        ) from exc
     except engine.errors as exc:
         attempts = retrying.statistics.get("attempt_number", 1)
         raise BackendError(describe(what, url, exc, engine, attempts)) from exc
@@ -100,15 +134,15 @@ def describe(what: str, url: str, exc: BaseException, engine: Dialect, attempts:
         )
     status = engine.status(exc)
     reason = engine.reason(exc)
-    if status == 429:
+    if "cluster_block_exception" in reason:
+        hint = (
+            "the index refuses writes (a write block, or a disk past its flood-stage watermark): free"
+            " space or lift the block, then run the command again; nothing already written was lost"
+        )
+    elif status == 429:
         hint = "the cluster is overloaded: run the command again later or give the cluster more resources"
     elif status is not None and status >= 500:
         hint = "check the cluster's health and logs, then run the command again"
-    elif status in (401, 403) and "cluster_block_exception" in reason:
-        hint = (
-            "the index refuses writes (a write block, or a full disk): free space or lift the block,"
-            " then run the command again; nothing was lost"
-        )
     elif status in (401, 403):
         hint = f"check {env}_USER / {env}_PASSWORD and the user's index permissions"
     else:
