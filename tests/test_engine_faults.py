@@ -13,6 +13,7 @@ the end of the module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -25,14 +26,15 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pytest
 
-from bertknn_search.backends import engine_bodies
+from bertknn_search.backends import engine_bodies, open_backend
 from bertknn_search.backends.engine import EngineBackend
 from bertknn_search.backends.engine_bodies import index_names
+from bertknn_search.backends.engine_client import RetryPolicy
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.engines.launch import Cluster, EngineError, engine, free_port
@@ -51,25 +53,23 @@ QUESTION_LIMIT_S = 30.0  # the longest a question may take while a node is lost 
 LOSS_ROUNDS = 3  # rounds of questions asked after a node loss was seen by the cluster
 CLIENT_NODE = 0  # every client here talks to node 0; only other nodes are killed
 NEW_ARTICLES = [
-    {"id": "fault-1", "title": "Zyxa Qorv", "text": "Zyxa Qorv was born in Oskavel. Zyxa Qorv worked as a sailor."},
-    {"id": "fault-2", "title": "Brenna Tulk", "text": "Brenna Tulk was born in Pradnor. Brenna Tulk was a doctor."},
-    {"id": "fault-3", "title": "Ostrel Vain", "text": "Ostrel Vain was born in Yentil. Ostrel Vain was a poet."},
+    {
+        "id": "fault-1",
+        "title": "Zyxa Qorv",
+        "text": "Zyxa Qorv was born in Oskavel. Zyxa Qorv worked as a sailor.",
+    },
+    {
+        "id": "fault-2",
+        "title": "Brenna Tulk",
+        "text": "Brenna Tulk was born in Pradnor. Brenna Tulk was a doctor.",
+    },
+    {
+        "id": "fault-3",
+        "title": "Ostrel Vain",
+        "text": "Ostrel Vain was born in Yentil. Ostrel Vain was a poet.",
+    },
 ]
 NEW_QUESTIONS = [Question(f"{a['title']} was born in [MASK].", a["title"]) for a in NEW_ARTICLES]
-
-NODE_LOSS_DURING_ADD = (
-    "product bug: EngineBackend._enter_bulk_mode puts number_of_replicas 0 (BULK_SETTINGS) on both indices for"
-    " the whole add, so a node lost during an add takes the only copy of its shards with it: the indices go"
-    " red, questions fail ('all shards failed'), the add's bulk waits 1 min for the primary and fails as"
-    " 'rejected N of M documents (503 unavailable_shards_exception) ... fix the input', and every re-run"
-    " fails the same way until the node comes back"
-)
-READ_ONLY_ALLOW_DELETE = (
-    "product bug: the engines answer a read_only_allow_delete block with HTTP 429 (cluster_block_exception"
-    " TOO_MANY_REQUESTS/12); engine_client.is_transient retries it as load and describe() checks 429 before"
-    " cluster_block_exception, so the add fails after 5 attempts saying 'the cluster is overloaded' instead"
-    " of 'the index refuses writes'"
-)
 
 
 # -- reporting -------------------------------------------------------------------------------------------
@@ -81,20 +81,12 @@ def report(request: pytest.FixtureRequest) -> Iterator[Callable[[str], None]]:
     if not lines:
         return
     capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled() if capture else _nothing():
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         print("\nengine fault timings:", *(f"  {line}" for line in lines), sep="\n", flush=True)
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 # -- clusters --------------------------------------------------------------------------------------------
-def unavailable(name: str, why: str) -> None:
+def unavailable(name: str, why: str) -> NoReturn:
     message = f"no {name} engine for this test: {why}"
     if REQUIRE_ENGINES:
         pytest.fail(message + " (BERTKNN_REQUIRE_ENGINES is set: engines are required here)")
@@ -134,6 +126,7 @@ def wait_green(cluster: Cluster, indices: str = "", timeout_s: int = 120) -> dic
         cluster.node_url(CLIENT_NODE),
         "GET",
         f"/_cluster/health/{indices}?wait_for_status=green&wait_for_no_initializing_shards=true"
+        "&wait_for_no_relocating_shards=true"
         f"&wait_for_nodes={cluster.nodes}&timeout={timeout_s}s",
     )
     assert health.get("status") == "green" and not health.get("timed_out"), health
@@ -151,6 +144,29 @@ def heal(cluster: Cluster) -> float:
     return time.monotonic() - started
 
 
+def nodes_state(cluster: Cluster) -> str:
+    """Each node's process state and, for a dead one, the first error line of its log (for messages)."""
+    out = []
+    for i, proc in enumerate(cluster.procs):
+        code = None if proc is None else proc.poll()
+        out.append(
+            f"node-{i} "
+            + ("running" if proc is not None and code is None else f"exited {code}: {cluster.why(i)}")
+        )
+    return "; ".join(out)
+
+
+def wait_usable(cluster: Cluster) -> None:
+    """Start every node that is down (without waiting for it) and wait until a quorum answers, not red."""
+    for i, proc in enumerate(cluster.procs):
+        if proc is None or proc.poll() is not None:
+            cluster.restart(i)
+    health = http(
+        cluster.node_url(CLIENT_NODE), "GET", "/_cluster/health?wait_for_status=yellow&timeout=120s"
+    )
+    assert health.get("status") in ("yellow", "green"), health
+
+
 def wait_node_left(cluster: Cluster, indices: str, timeout_s: float = 60) -> dict[str, Any]:
     """The health of ``indices`` once the cluster counts one node fewer."""
     deadline = time.monotonic() + timeout_s
@@ -158,13 +174,17 @@ def wait_node_left(cluster: Cluster, indices: str, timeout_s: float = 60) -> dic
         health = http(cluster.node_url(CLIENT_NODE), "GET", f"/_cluster/health/{indices}", timeout=10)
         if health.get("number_of_nodes", cluster.nodes) < cluster.nodes:
             return health
-        assert time.monotonic() < deadline, f"the cluster did not notice the lost node in {timeout_s:.0f} s"
+        assert time.monotonic() < deadline, (
+            f"the cluster did not notice the lost node in {timeout_s:.0f} s ({nodes_state(cluster)})"
+        )
         time.sleep(0.2)
 
 
 def primaries(cluster: Cluster, indices: str) -> dict[str, list[str]]:
     """node name -> the primary shards (``index/shard``) of ``indices`` it holds."""
-    rows = http(cluster.node_url(CLIENT_NODE), "GET", f"/_cat/shards/{indices}?format=json&h=index,shard,prirep,node")
+    rows = http(
+        cluster.node_url(CLIENT_NODE), "GET", f"/_cat/shards/{indices}?format=json&h=index,shard,prirep,node"
+    )
     held: dict[str, list[str]] = {}
     for row in rows:
         if row["prirep"] == "p" and row.get("node"):
@@ -173,7 +193,9 @@ def primaries(cluster: Cluster, indices: str) -> dict[str, list[str]]:
 
 
 def unassigned_primaries(cluster: Cluster, indices: str) -> list[str]:
-    rows = http(cluster.node_url(CLIENT_NODE), "GET", f"/_cat/shards/{indices}?format=json&h=index,shard,prirep,state")
+    rows = http(
+        cluster.node_url(CLIENT_NODE), "GET", f"/_cat/shards/{indices}?format=json&h=index,shard,prirep,state"
+    )
     return [f"{r['index']}/{r['shard']}" for r in rows if r["prirep"] == "p" and r["state"] == "UNASSIGNED"]
 
 
@@ -203,12 +225,13 @@ def engine_cfg(base: Config, name: str, url: str, prefix: str | None = None) -> 
 
 
 def counts(config: Config) -> tuple[int, int, int, int]:
-    searcher_backend = Searcher.open(config)
+    """Articles, sentences, contexts and encoded articles, as ``stats`` says them."""
+    backend = open_backend(config)
     try:
-        s = searcher_backend.backend.stats()
+        s = backend.stats()
         return s.articles, s.sentences, s.contexts, s.encoded_articles
     finally:
-        searcher_backend.close()
+        backend.close()
 
 
 def write_new_articles(path: Path) -> Path:
@@ -240,9 +263,16 @@ def cli_command() -> list[str]:
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENSEARCH_", "ELASTICSEARCH_", "BERTKNN_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPENSEARCH_", "ELASTICSEARCH_", "BERTKNN_"))
+    }
     return subprocess.run(
-        [*cli_command(), *args], capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+        [*cli_command(), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -318,10 +348,8 @@ class Relay:
             pass
         finally:
             for sock in (client, upstream):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 sock.close()
 
     def close(self) -> None:
@@ -383,158 +411,77 @@ def test_questions_answer_through_a_node_loss(
     fault_engine: str,
     report: Callable[[str], None],
 ) -> None:
-    """Questions asked in a loop while node 2 is killed (kill -9) all answer, each within 30 s, as before."""
+    """Questions asked in a loop while another thread kills node 2 (kill -9) all answer, each within
+    30 s, as before.
+
+    The kill lands at any moment, a search in flight on that node included (one between its phases
+    there answered from two of the three shards before searches asked for every shard). The node is
+    started again at the end without waiting: the next test that needs all three waits.
+    """
     heal(trio)
     qs = questions(facts)
     indices = ",".join(index_names(trio_index.opensearch_prefix).values())
     searcher, embedded = Searcher.open(trio_index), Searcher.open(built_index)
     victim = 2
+    killed_at: list[float] = []
+    seen_at: list[float] = []
+    watch_error: list[BaseException] = []
+
+    def kill_and_watch() -> None:
+        time.sleep(1.0)  # a few questions into the first round
+        trio.kill(victim)
+        killed_at.append(time.monotonic())
+        try:
+            wait_node_left(trio, indices)
+        except BaseException as exc:  # said by the test's thread
+            watch_error.append(exc)
+            return
+        seen_at.append(time.monotonic())
+
     try:
         before = searcher.score_batch(qs)
         for q, a, b in zip(qs, embedded.score_batch(qs), before):  # 3 shards answer as one store does
             assert_same(a, b, q.text)
         assert sum(len(b.neighbors) > 0 for b in before) >= 12  # the questions reach the kNN step
-
-        killed_at: list[float] = []
-        seen_at: list[float] = []
-
-        def kill_then_watch() -> None:
-            time.sleep(0.5)  # inside the first round of questions
-            trio.kill(victim)
-            killed_at.append(time.monotonic())
-            wait_node_left(trio, indices)
-            seen_at.append(time.monotonic())
-
-        killer = threading.Thread(target=kill_then_watch, daemon=True)
+        killer = threading.Thread(target=kill_and_watch, daemon=True)
         slowest, asked, rounds_after = 0.0, 0, 0
+        deadline = time.monotonic() + 180
         killer.start()
-        while rounds_after < LOSS_ROUNDS:
+        while rounds_after < LOSS_ROUNDS:  # rounds that start after the cluster saw the node gone
             seen_before_round = bool(seen_at)
             for q, b in zip(qs, before):
                 started = time.monotonic()
-                a = searcher.score_batch([q])[0]  # a BackendError here: the question did not answer
+                try:
+                    a = searcher.score_batch([q])[0]
+                except BackendError as exc:
+                    pytest.fail(
+                        f"{q.text!r} did not answer during the node loss: {exc} ({nodes_state(trio)})"
+                    )
                 took = time.monotonic() - started
                 assert took < QUESTION_LIMIT_S, f"{q.text!r} took {took:.1f} s during the node loss"
                 assert_same(b, a, f"{q.text} (node {victim} killed)")
-                if killed_at and started >= killed_at[0]:
+                if killed_at and started + took >= killed_at[0]:  # in flight at the kill, or after it
                     slowest, asked = max(slowest, took), asked + 1
             rounds_after += seen_before_round
-            assert time.monotonic() - (killed_at[0] if killed_at else started) < 120, "node loss never seen"
+            assert not watch_error, f"watching the node loss failed: {watch_error[0]!r}"
+            assert time.monotonic() < deadline, f"node {victim} killed at {killed_at}, seen gone at {seen_at}"
         killer.join(60)
         health = http(trio.node_url(CLIENT_NODE), "GET", f"/_cluster/health/{indices}")
-        assert health["status"] == "yellow", health  # every shard kept a copy: no data lost
-        healed = heal(trio)
-        after = searcher.score_batch(qs)
-        for q, a, b in zip(qs, after, before):
-            assert_same(b, a, f"{q.text} (node {victim} back)")
+        assert health.get("status") in ("yellow", "green"), health  # every shard kept a copy
     finally:
         searcher.close()
         embedded.close()
-        heal(trio)
+        for i, proc in enumerate(trio.procs):
+            if proc is None or proc.poll() is not None:
+                trio.restart(i)
     report(
-        f"{fault_engine}: node {victim} killed during questions: the cluster saw it gone after"
-        f" {seen_at[0] - killed_at[0]:.1f} s; slowest of {asked} questions during the loss {slowest:.2f} s;"
-        f" restart to green {healed:.1f} s"
+        f"{fault_engine}: node {victim} killed during questions: seen gone by the cluster after"
+        f" {seen_at[0] - killed_at[0]:.1f} s; slowest of {asked} questions during the loss {slowest:.2f} s"
     )
-
-
-@pytest.mark.xfail(strict=True, reason=NODE_LOSS_DURING_ADD)
-def test_an_add_survives_a_node_loss(
-    trio: Cluster,
-    trio_index: Config,
-    index_copy: Config,
-    facts: list[Fact],
-    tmp_path: Path,
-    fault_engine: str,
-    monkeypatch: pytest.MonkeyPatch,
-    report: Callable[[str], None],
-) -> None:
-    """A node (not the client's) killed while an add writes: the cluster keeps a copy of every shard,
-    questions still answer, the add completes or fails in one line and its re-run (node still down)
-    completes; after the node is back the index equals an uninterrupted add on an embedded index."""
-    heal(trio)
-    new = write_new_articles(tmp_path / "new.jsonl")
-    assert add_articles(new, index_copy, progress=False).articles == len(NEW_ARTICLES)  # the reference
-    names = index_names(trio_index.opensearch_prefix)
-    indices = ",".join(names.values())
-    held = primaries(trio, indices)
-    # The node to lose: of those the client does not talk to, the one holding the most primaries.
-    victim = max((1, 2), key=lambda i: len(held.get(f"node-{i}", [])))
-    assert held.get(f"node-{victim}"), f"nodes 1 and 2 hold no primary of {indices}: {held}"
-    kb = [q for q in questions(facts) if q.subject]
-    searcher = Searcher.open(trio_index)
-    before = searcher.score_batch(kb)
-
-    writing = threading.Event()
-    bulk = EngineBackend._bulk
-
-    def watched_bulk(self: EngineBackend, what: str, actions: Any) -> None:
-        if what == "write contexts":
-            writing.set()  # the kill lands while this add writes its contexts
-        bulk(self, what, actions)
-
-    monkeypatch.setattr(EngineBackend, "_bulk", watched_bulk)
-    outcome: dict[str, Any] = {}
-
-    def add() -> None:
-        started = time.monotonic()
-        try:
-            outcome["summary"] = add_articles(new, trio_index, progress=False)
-        except BaseException as exc:  # noqa: BLE001 (judged below, in the test's thread)
-            outcome["error"] = exc
-        outcome["seconds"] = time.monotonic() - started
-
-    adder = threading.Thread(target=add, daemon=True)
-    adder.start()
-    slowest = 0.0
-    try:
-        assert writing.wait(120), f"the add never started writing: {outcome}"
-        trio.kill(victim)
-        killed = time.monotonic()
-        health = wait_node_left(trio, indices)
-        seen = time.monotonic() - killed
-        lost = unassigned_primaries(trio, indices)
-        assert health["status"] != "red" and not lost, (
-            f"node {victim} killed during an add: {indices} {health['status']}, primaries without a copy:"
-            f" {lost} (number_of_replicas during the add: {bulk_settings(config_url(trio_index), indices)})"
-        )
-        for q, b in zip(kb, before):
-            started = time.monotonic()
-            a = searcher.score_batch([q])[0]
-            slowest = max(slowest, time.monotonic() - started)
-            assert slowest < QUESTION_LIMIT_S, f"{q.text!r} took {slowest:.1f} s during the node loss"
-            assert_same(b, a, f"{q.text} (node {victim} killed during an add)")
-        adder.join(300)
-        assert not adder.is_alive(), "the add hung after the node loss"
-        if "error" in outcome:
-            error = outcome["error"]
-            assert isinstance(error, BackendError) and "\n" not in str(error), repr(error)
-            monkeypatch.undo()
-            rerun = add_articles(new, trio_index, progress=False)  # the node is still down
-            assert rerun.articles + rerun.already_stored == len(NEW_ARTICLES)
-        else:
-            assert outcome["summary"].articles == len(NEW_ARTICLES)
-    finally:
-        monkeypatch.undo()
-        searcher.close()
-        healed = heal(trio)
-        adder.join(300)
-    report(
-        f"{fault_engine}: node {victim} killed during an add: seen gone after {seen:.1f} s; the add"
-        f" {'failed' if 'error' in outcome else 'completed'} in {outcome['seconds']:.1f} s; slowest question"
-        f" {slowest:.2f} s; restart to green {healed:.1f} s"
-    )
-    assert_same_index(trio_index, index_copy, [*questions(facts), *NEW_QUESTIONS])
 
 
 # -- 3. an index that refuses writes ---------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "block",
-    [
-        "write",
-        pytest.param("read_only_allow_delete", marks=pytest.mark.xfail(strict=True, reason=READ_ONLY_ALLOW_DELETE)),
-    ],
-)
+@pytest.mark.parametrize("block", ["write", "read_only_allow_delete"])
 def test_an_add_to_a_blocked_index_fails_in_one_line_and_loses_nothing(
     trio: Cluster,
     fault_engine: str,
@@ -544,7 +491,12 @@ def test_an_add_to_a_blocked_index_fails_in_one_line_and_loses_nothing(
     tmp_path: Path,
     block: str,
 ) -> None:
-    heal(trio)
+    """An add to a contexts index under a block fails with one line saying the index refuses writes; the
+    index keeps what it held (counts, settings, answers); with the block lifted the same add completes.
+
+    An add, not the ``add`` command: the command turns the same BackendError into its one line and exit
+    1 (the ingest test checks that on a real failure), and its start-up costs ~20 s a run here."""
+    wait_usable(trio)
     config = engine_cfg(base_config, fault_engine, trio.node_url(CLIENT_NODE))
     ingest(corpus, config, progress=False)
     names = index_names(config.opensearch_prefix)
@@ -558,26 +510,180 @@ def test_an_add_to_a_blocked_index_fails_in_one_line_and_loses_nothing(
         acked = http(url, "PUT", f"/{names['contexts']}/_settings", {f"index.blocks.{block}": True})
         assert acked.get("acknowledged"), acked
         try:
-            run = run_cli("add", str(new), "--device", "cpu", "--no-progress", *where_flags(config))
-            line = one_line_error(run)
-            assert "refuses writes" in line, line
+            with pytest.raises(BackendError) as refused:
+                add_articles(new, config, progress=False)
+            line = str(refused.value)
+            assert "\n" not in line and "refuses writes" in line, line
             assert counts(config) == stats  # nothing written, nothing lost
             assert bulk_settings(url, indices) == settings  # replicas and refresh put back
             for q, a, b in zip(qs, searcher.score_batch(qs), before):
                 assert_same(b, a, f"{q.text} (after an add refused by a {block} block)")
-            assert not searcher.retrieve(NEW_QUESTIONS[0]) or all(
-                h.id != NEW_ARTICLES[0]["id"] for h in searcher.retrieve(NEW_QUESTIONS[0])
-            )
+            assert searcher.backend.find_titles(NEW_ARTICLES[0]["title"], 1) == []
         finally:
             http(url, "PUT", f"/{names['contexts']}/_settings", {f"index.blocks.{block}": None})
         summary = add_articles(new, config, progress=False)  # the block lifted: the same add completes
         assert summary.articles == len(NEW_ARTICLES)
         assert counts(config)[0] == stats[0] + len(NEW_ARTICLES)
-        answer = searcher.answer(NEW_QUESTIONS[0])
-        assert answer.bert_knn[0].word == "oskavel", answer.bert_knn[:3]
+        assert bulk_settings(url, indices) == settings
+        scored = searcher.score_batch(NEW_QUESTIONS[:1])[0]
+        assert searcher.encoder.vocab[int(np.argmax(scored.p_knn))] == "oskavel"
     finally:
         searcher.close()
         http(url, "DELETE", f"/{indices}")
+
+
+# -- 1b. a node lost while an add writes -----------------------------------------------------------------
+def test_an_add_survives_a_node_loss(
+    trio: Cluster,
+    trio_index: Config,
+    index_copy: Config,
+    facts: list[Fact],
+    tmp_path: Path,
+    fault_engine: str,
+    monkeypatch: pytest.MonkeyPatch,
+    report: Callable[[str], None],
+) -> None:
+    """A node (not the client's) killed while an add writes: the cluster keeps a copy of every shard,
+    questions still answer, the add completes or fails in one line and its re-run (node still down)
+    completes; after the node is back the index equals an uninterrupted add on an embedded index.
+
+    (An add that dropped the replicas while it ran lost the only copies of the killed node's shards.)"""
+    heal(trio)
+    new = write_new_articles(tmp_path / "new.jsonl")
+    assert add_articles(new, index_copy, progress=False).articles == len(NEW_ARTICLES)  # the reference
+    names = index_names(trio_index.opensearch_prefix)
+    indices = ",".join(names.values())
+    held = primaries(trio, indices)
+    # The node to lose: of those the client does not talk to, the one holding the most primaries.
+    victim = max((1, 2), key=lambda i: len(held.get(f"node-{i}", [])))
+    assert held.get(f"node-{victim}"), f"nodes 1 and 2 hold no primary of {indices}: {held}"
+    kb = [q for q in questions(facts) if q.subject]
+    searcher = Searcher.open(trio_index)
+    before = searcher.score_batch(kb)
+
+    writing, killed = threading.Event(), threading.Event()
+    bulk = EngineBackend._bulk
+
+    def watched_bulk(self: EngineBackend, what: str, actions: Any) -> None:
+        if what == "write contexts" and not writing.is_set():
+            # The add is in bulk mode and about to send its contexts: the node dies now, and they go to
+            # shards whose primary it may have held.
+            writing.set()
+            killed.wait(60)
+        bulk(self, what, actions)
+
+    monkeypatch.setattr(EngineBackend, "_bulk", watched_bulk)
+    outcome: dict[str, Any] = {}
+
+    def add() -> None:
+        started = time.monotonic()
+        try:
+            outcome["summary"] = add_articles(new, trio_index, progress=False)
+        except BaseException as exc:  # judged below, in the test's thread
+            outcome["error"] = exc
+        outcome["seconds"] = time.monotonic() - started
+
+    adder = threading.Thread(target=add, daemon=True)
+    timings = {"seen": float("nan"), "slowest": 0.0, "healed": float("nan")}
+    adder.start()
+    try:
+        assert writing.wait(120), f"the add never started writing: {outcome}"
+        trio.kill(victim)
+        killed.set()
+        killed_at = time.monotonic()
+        health = wait_node_left(trio, indices)
+        timings["seen"] = time.monotonic() - killed_at
+        lost = unassigned_primaries(trio, indices)
+        assert health["status"] != "red" and not lost, (
+            f"node {victim} killed during an add: {indices} {health['status']}, primaries without a copy:"
+            f" {lost}; (replicas, refresh) during the add: {bulk_settings(config_url(trio_index), indices)}"
+        )
+        for q, b in zip(kb, before):
+            started = time.monotonic()
+            a = searcher.score_batch([q])[0]
+            took = time.monotonic() - started
+            timings["slowest"] = max(timings["slowest"], took)
+            assert took < QUESTION_LIMIT_S, f"{q.text!r} took {took:.1f} s during the node loss"
+            assert_same(b, a, f"{q.text} (node {victim} killed during an add)")
+        adder.join(300)
+        assert not adder.is_alive(), "the add hung after the node loss"
+        if "error" in outcome:
+            error = outcome["error"]
+            assert isinstance(error, BackendError) and "\n" not in str(error), repr(error)
+            monkeypatch.undo()
+            rerun = add_articles(new, trio_index, progress=False)  # the node is still down
+            assert rerun.articles + rerun.already_stored == len(NEW_ARTICLES)
+        else:
+            assert outcome["summary"].articles == len(NEW_ARTICLES)
+    finally:
+        killed.set()
+        monkeypatch.undo()
+        searcher.close()
+        timings["healed"] = heal(trio)
+        adder.join(300)
+        error = outcome.get("error")
+        report(
+            f"{fault_engine}: node {victim} killed during an add: seen gone after {timings['seen']:.1f} s;"
+            f" the add {'failed' if error else 'completed'} in {outcome.get('seconds', float('nan')):.1f} s"
+            f"{f' ({error})' if error else ''}; slowest question {timings['slowest']:.2f} s;"
+            f" restart to green {timings['healed']:.1f} s"
+        )
+    assert_same_index(trio_index, index_copy, [*questions(facts), *NEW_QUESTIONS])
+
+
+def test_a_question_never_answers_from_part_of_the_contexts(
+    trio: Cluster, trio_index: Config, facts: list[Fact], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a shard of the contexts index gone (no replica, and its node killed), a question fails in
+    one line or answers as before: never from the contexts that are left (a 200 from two of the three
+    shards, which the engines give unless asked not to).
+
+    Retries are cut short here (the shard does not come back). The node is started again at the end
+    without waiting (the next test on this cluster waits)."""
+    monkeypatch.setattr(
+        EngineBackend, "retry", RetryPolicy(attempts=2, initial_backoff=0.05, max_backoff=0.1)
+    )
+    heal(trio)
+    names = index_names(trio_index.opensearch_prefix)
+    contexts, url = names["contexts"], trio.node_url(CLIENT_NODE)
+    qs = questions(facts)
+    searcher = Searcher.open(trio_index)
+    victim = None
+    try:
+        before = searcher.score_batch(qs)
+        http(url, "PUT", f"/{contexts}/_settings", {"index": {"number_of_replicas": 0}})
+        # The node to lose holds a contexts primary and not the articles one (so that the IR step works).
+        victim = next(i for i in (2, 1) if not primaries(trio, names["articles"]).get(f"node-{i}"))
+        held = primaries(trio, contexts)
+        if not held.get(f"node-{victim}"):
+            source, shards = next((node, shards) for node, shards in held.items() if shards)
+            move = {"index": contexts, "shard": int(shards[0].split("/")[1]), "from_node": source}
+            http(
+                url,
+                "POST",
+                "/_cluster/reroute",
+                {"commands": [{"move": move | {"to_node": f"node-{victim}"}}]},
+            )
+        wait_green(trio, contexts)
+        assert primaries(trio, contexts).get(f"node-{victim}"), primaries(trio, contexts)
+        trio.kill(victim)
+        wait_node_left(trio, contexts)
+        assert unassigned_primaries(trio, contexts), "the contexts index kept every shard"
+        refused = 0
+        for q, b in zip(qs, before):
+            try:
+                a = searcher.score_batch([q])[0]
+            except BackendError as exc:  # refusing to answer is right; answering from part is not
+                assert "\n" not in str(exc), str(exc)
+                refused += 1
+                continue
+            assert_same(b, a, f"{q.text} (a shard of {contexts} lost, the question answered anyway)")
+        assert refused, "no question needed the lost shard"
+    finally:
+        searcher.close()
+        if victim is not None:
+            trio.restart(victim)
+        http(url, "PUT", f"/{contexts}/_settings", {"index": {"number_of_replicas": 1}})
 
 
 # -- 2. the whole engine killed mid-ingest ---------------------------------------------------------------
@@ -592,7 +698,7 @@ def test_an_ingest_killed_with_the_engine_resumes_to_the_same_index(
 ) -> None:
     """``ingest wiki`` (a subprocess) against a single node that is killed (kill -9) once it has stored
     the first bulk of contexts: one line and a nonzero exit; after the node restarts on its data the same
-    command completes, and the index equals the embedded one of the same corpus."""
+    ingest completes, and the index equals the embedded one of the same corpus."""
     solo, started = start_cluster(fault_engine, 1, tmp_path_factory.mktemp(f"faults-solo-{fault_engine}"))
     relay = Relay(solo.port, on_bulk=lambda: solo.kill(0))
     try:
@@ -601,22 +707,24 @@ def test_an_ingest_killed_with_the_engine_resumes_to_the_same_index(
             "ingest", "wiki", str(corpus), *where_flags(config, relay.url), "--model", base_config.model,
             "--device", "cpu", "--max-length", "64", "--contexts", "eager", "--precision", "fp32",
             "--batch-size", "32", "--no-progress",
+            "--workers", "0",  # no reader process: half the command's start-up on a 2-core machine
         ]  # fmt: skip
         t0 = time.monotonic()
         killed = run_cli(*command)
         failed_in = time.monotonic() - t0
-        assert relay.fired.is_set(), f"the ingest ended before its first bulk: {killed.stdout} {killed.stderr}"
+        assert relay.fired.is_set(), (
+            f"the ingest ended before its first bulk: {killed.stdout} {killed.stderr}"
+        )
         line = one_line_error(killed)
         assert "write contexts" in line, line
         t0 = time.monotonic()
         solo.restart(0)
         solo.wait_ready(READY_S)
         restarted_in = time.monotonic() - t0
-        t0 = time.monotonic()
-        rerun = run_cli(*command)  # the very same command, through the same relay (it passes all now)
-        rerun_in = time.monotonic() - t0
-        assert rerun.returncode == 0, rerun.stderr
-        assert "ingested 20 articles" in rerun.stdout, rerun.stdout
+        # The same ingest again (in this process: the command's own code, without its start-up).
+        summary = ingest(corpus, config, progress=False)
+        articles = len(corpus.read_text().splitlines())
+        assert summary.articles + summary.already_stored == articles
         names = index_names(config.opensearch_prefix)
         settings = bulk_settings(solo.url, ",".join(names.values()))
         assert all(r != "0" and i != "-1" for r, i in settings.values()), settings  # bulk settings undone
@@ -625,6 +733,6 @@ def test_an_ingest_killed_with_the_engine_resumes_to_the_same_index(
         relay.close()
         solo.stop()
     report(
-        f"{fault_engine}: single node started in {started:.1f} s; ingest killed mid-write failed in"
-        f" {failed_in:.1f} s; node restarted in {restarted_in:.1f} s; re-run took {rerun_in:.1f} s"
+        f"{fault_engine}: single node started in {started:.1f} s; the ingest command killed mid-write"
+        f" failed after {failed_in:.1f} s; the node restarted in {restarted_in:.1f} s"
     )
