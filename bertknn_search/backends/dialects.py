@@ -57,7 +57,11 @@ class Dialect:
 
     # -- connecting -------------------------------------------------------------------------------
     def connection(self, config: Config) -> Connection:
-        raise NotImplementedError
+        """The engine's own settings of ``config`` (``<name>_url`` ...); verifying TLS is one setting."""
+        url, user, password, ca = (
+            getattr(config, f"{self.name}_{part}") for part in ("url", "user", "password", "ca")
+        )
+        return Connection(url, user, password, ca, config.opensearch_verify)
 
     def client(self, config: Config) -> Any:
         """The engine's client for ``config``; its own retries off (``engine_client.call`` retries).
@@ -188,15 +192,6 @@ class OpenSearchDialect(Dialect):
         self.scan_errors = (ScanError,)
         self._connection_error, self._ssl_error = OSConnectionError, SSLError
 
-    def connection(self, config: Config) -> Connection:
-        return Connection(
-            config.opensearch_url,
-            config.opensearch_user,
-            config.opensearch_password,
-            config.opensearch_ca,
-            config.opensearch_verify,
-        )
-
     def _make_client(self, conn: Connection, user: str | None, password: str) -> Any:
         from opensearchpy import OpenSearch
 
@@ -313,15 +308,6 @@ class ElasticsearchDialect(Dialect):
         self.not_found = (NotFoundError,)
         self.scan_errors = (ScanError,)
         self._api_error, self._connection_error, self._ssl_error = ApiError, ESConnectionError, TlsError
-
-    def connection(self, config: Config) -> Connection:
-        return Connection(
-            config.elasticsearch_url,
-            config.elasticsearch_user,
-            config.elasticsearch_password,
-            config.elasticsearch_ca,
-            config.opensearch_verify,
-        )
 
     def _make_client(self, conn: Connection, user: str | None, password: str) -> Any:
         from elasticsearch import Elasticsearch
