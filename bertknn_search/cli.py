@@ -340,7 +340,11 @@ def titles(pattern: str, limit: int, as_json: bool, **flags: Any) -> None:
     from bertknn_search.output import render_titles, to_json
 
     listed = session.list_titles(session.resolve_config(flags).config, pattern, limit)
-    click.echo(to_json(listed) if as_json else render_titles(listed, pattern))
+    if as_json:
+        for title in listed:
+            click.echo(to_json(title))
+    else:
+        click.echo(render_titles(listed, pattern))
 
 
 @main.command()

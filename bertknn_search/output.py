@@ -14,9 +14,7 @@ from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction,
 
 
 def to_json(record: Any) -> str:
-    """One line of JSON for a dataclass record, or a list of them (paths and infinities made JSON-safe)."""
-    if isinstance(record, list):
-        return json.dumps([_jsonable(dataclasses.asdict(r)) for r in record], ensure_ascii=False)
+    """One line of JSON for a dataclass record (paths and infinities made JSON-safe)."""
     data = dataclasses.asdict(record)
     if isinstance(record, Answer):
         data["partial"] = record.partial  # derived, but what a client checks first
@@ -58,6 +56,8 @@ def render_answer(answer: Answer, top: int) -> str:
             for name, a in zip(named, answer.articles)
         )
         lines.append(f"articles: {arts}")
+    if answer.closest_titles is not None:
+        lines.append(render_closest_titles(answer.subject or "", answer.closest_titles))
         if answer.partial:
             lines.append(render_coverage(answer))
     elif answer.n_neighbors == 0:
@@ -85,6 +85,15 @@ def render_answer(answer: Answer, top: int) -> str:
             marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
             lines.append(f"  - {printable(marked)}  ({printable(s.title)}, d²={s.distance:.2f})")
     return "\n".join(line for line in lines if line)
+
+
+def render_closest_titles(subject: str, titles: list[str]) -> str:
+    """The note for a subject that is no title: BM25 searched it instead; the titles that come closest."""
+    note = f"note: subject {printable(subject)!r} is no title in the index, so its words were searched (BM25)"
+    if not titles:
+        return note + "; no title holds them ('bertknn-search titles PATTERN' lists titles)"
+    named = ", ".join(repr(printable(t)) for t in titles)
+    return f"{note}; titles that hold them: {named} (give one as --subject)"
 
 
 def render_split_words(words: list[SplitWord]) -> str:

@@ -312,6 +312,9 @@ class Answer:
     # them (an eager index).
     coverage: dict[str, Coverage] = field(default_factory=dict)
     split_words: list[SplitWord] = field(default_factory=list)
+    # A subject that is no title in the index (BM25 searched it instead): titles that hold it or its
+    # longest word, for the next try. None: the subject was a title, or there was none.
+    closest_titles: list[str] | None = None
 
     @property
     def partial(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ _UNUSED = re.compile(r"\[unused\d+\]")
 # Sentences of the nearest neighbours read for words that cannot be answers (see split_words): the
 # sentence that holds the expected word is near the question, and reading more costs every question.
 SPLIT_SCAN = 32
+CLOSEST_TITLES = 5  # titles named for a subject that is no title
 
 
 @dataclass(frozen=True)
@@ -267,8 +269,23 @@ class Searcher:
                 squared=cfg.distance == "squared-l2",
                 reencode=self.reencode,
             )
-            answers.append(self._with_split_words(answer, s.neighbors))
+            answer = self._with_split_words(answer, s.neighbors)
+            if q.subject and q.subject.strip() and s.hits is not None:
+                answer = self._with_closest_titles(answer, q.subject, s.hits)
+            answers.append(answer)
         return answers
+
+    def _with_closest_titles(self, answer: Answer, subject: str, hits: Sequence[ArticleHit]) -> Answer:
+        """``answer`` naming the titles closest to ``subject`` when it is no title (its own article's
+        hit scores infinity): the titles that hold it, else those that hold its longest words."""
+        if any(math.isinf(h.score) for h in hits):
+            return answer
+        found = self.backend.list_titles(subject, CLOSEST_TITLES)
+        for word in sorted(set(subject.split()), key=len, reverse=True):
+            if found:
+                break
+            found = self.backend.list_titles(word, CLOSEST_TITLES) if len(word) > 2 else []
+        return dataclasses.replace(answer, closest_titles=[h.title for h in found])
 
     def _with_split_words(self, answer: Answer, nb: Neighbors) -> Answer:
         """``answer`` with the words at [MASK]'s place in its nearest sentences that cannot be answers."""

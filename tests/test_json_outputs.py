@@ -18,7 +18,7 @@ from tests.test_docs import commands
 from tests.test_eval_datasets import trex_line, write_jsonl
 
 # Commands that print one object per result (a stream); every other --json command prints exactly one.
-STREAMS = {"query"}
+STREAMS = {"query", "titles"}
 
 
 def json_commands() -> set[str]:
@@ -69,6 +69,7 @@ def cases(
         "add": (["add", str(added), "--index", str(copy)], 1),
         "query": (["query", "--file", str(text_questions), "--index", index], 2),
         "stats": (["stats", "--index", index], 1),
+        "titles": (["titles", "--index", index, "--limit", "2"], 2),
         "warm": (["warm", "--titles", "-", "--index", index], 1),
         "eval run": (["eval", "run", *asked, "--temperature", "1", "--out", str(tmp_path / "r2")], 1),
         "eval grid": (["eval", "grid", *asked, *grid, "--out", str(tmp_path / "s.json")], 1),

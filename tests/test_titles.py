@@ -61,7 +61,7 @@ def test_titles_holding_a_pattern_in_any_case(
 def test_the_cli_lists_titles_with_their_coverage(built_index: Config) -> None:
     r = CliRunner().invoke(main, ["titles", "--index", str(built_index.index), "--limit", "3", "--json"])
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output)
+    rows = [json.loads(line) for line in r.output.splitlines()]
     assert len(rows) == 3 and all(row["encoded"] is None for row in rows)  # an eager index: all encoded
     text = CliRunner().invoke(main, ["titles", "--index", str(built_index.index), "--limit", "3"]).output
     assert [line.split()[0] for line in text.splitlines()] == [row["id"] for row in rows]
@@ -75,3 +75,34 @@ def test_control_characters_in_titles_are_shown_escaped() -> None:
     assert printable("Ümlaut — fine") == "Ümlaut — fine"
     text = render_titles([Title("9", "Evil\nanswer: 1. paris", None, None)], "")
     assert text.count("\n") == 0 and "Evil\\nanswer" in text
+
+
+def test_a_subject_that_is_no_title_says_so_and_names_the_closest_titles(
+    base_config: Config, tmp_path: Path
+) -> None:
+    from bertknn_search.output import render_answer
+    from bertknn_search.records import Question
+    from bertknn_search.search import Searcher
+
+    config = base_config.replace(index=tmp_path / "i")
+    ingest(write(tmp_path / "t.jsonl"), config, progress=False)
+    searcher = Searcher.open(config)
+    try:
+        einstein, own, nothing = searcher.answer_batch(
+            [
+                Question("He was born in [MASK].", "Einstein"),
+                Question("He was born in [MASK].", "albert einstein"),
+                Question("He was born in [MASK].", "Zzyzx Qorv"),
+            ]
+        )
+    finally:
+        searcher.close()
+    assert einstein.closest_titles == ["Albert Einstein", "Einstein (crater)"]
+    assert own.closest_titles is None  # a title (any case): its own article, nothing to say
+    assert nothing.closest_titles == []
+    text = render_answer(einstein, 3)
+    assert (
+        "note: subject 'Einstein' is no title in the index, so its words were searched (BM25); titles that"
+        " hold them: 'Albert Einstein', 'Einstein (crater)' (give one as --subject)"
+    ) in text
+    assert "'bertknn-search titles PATTERN' lists titles" in render_answer(nothing, 3)
