@@ -262,7 +262,7 @@ def _switch(text: str) -> bool:
         return True
     if value in {"0", "false", "no", "off"}:
         return False
-    raise ConfigError(f"OPENSEARCH_VERIFY / ELASTICSEARCH_VERIFY must be true or false, got {text!r}")
+    raise ValueError(f"must be true or false, got {text!r}")
 
 
 # Environment variable -> (Config field, parser). A flag wins over its variable.
@@ -291,7 +291,14 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, tuple[An
         ConfigError: a variable holds a value its setting cannot take.
     """
     env = os.environ if environ is None else environ
-    return {name: (parse(env[var]), var) for var, (name, parse) in ENV_VARS.items() if env.get(var)}
+    found = {}
+    for var, (name, parse) in ENV_VARS.items():
+        if env.get(var):
+            try:
+                found[name] = (parse(env[var]), var)
+            except ValueError as exc:
+                raise ConfigError(f"{var} {exc}") from None
+    return found
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:
