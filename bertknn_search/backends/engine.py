@@ -194,8 +194,8 @@ class EngineBackend:
         """Delete the article docs, then their contexts by query.
 
         A query takes the generations it searches from the article docs, so once they are gone no query
-        reaches the contexts; a delete-by-query that failed leaves contexts nothing names, and running the
-        delete again removes them.
+        reaches the contexts; a delete of the contexts that failed leaves contexts nothing names, and running
+        the delete again removes them.
 
         Raises:
             BackendError: the cluster rejected the deletes or stayed unreachable after retries.
