@@ -56,13 +56,13 @@ def render_answer(answer: Answer, top: int) -> str:
             for name, a in zip(named, answer.articles)
         )
         lines.append(f"articles: {arts}")
-    if answer.closest_titles is not None:
-        lines.append(render_closest_titles(answer.subject or "", answer.closest_titles))
         if answer.partial:
             lines.append(render_coverage(answer))
     elif answer.n_neighbors == 0:
         fallback = "BERT-kNN falls back to BERT" if answer.bert_available else "no answer without BERT"
         lines.append(f"articles: none found; {fallback}")
+    if answer.closest_titles is not None:
+        lines.append(render_closest_titles(answer.subject or "", answer.closest_titles))
     lines.append(f"neighbours: {answer.n_neighbors}")
     lines.append(f"{'#':>3}  {'BERT-kNN':<24}{'BERT':<24}{'kNN':<24}")
     for i in range(top):
