@@ -18,6 +18,7 @@ import numpy as np
 
 from bertknn_search.backends import engine_bodies
 from bertknn_search.backends.engine_bodies import CONTEXT_SOURCE, TIE_ORDER, floats
+from bertknn_search.backends.engine_client import PartialAnswer, public_url, whole_answer
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
 from bertknn_search.terms import BIGRAM_JOIN
@@ -78,8 +79,6 @@ class Dialect:
             )
         parts = urlsplit(conn.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            from bertknn_search.backends.engine_client import public_url
-
             raise ConfigError(f"{self.title} URL {public_url(conn.url)!r} must look like http(s)://host:port")
         if conn.ca is not None and not conn.ca.is_file():
             raise ConfigError(f"CA file {conn.ca} not found; check --{self.name}-ca / {self.env}_CA")
@@ -124,8 +123,6 @@ class Dialect:
     def scan_ids(self, client: Any, index: str, query: dict[str, Any]) -> list[str]:
         """The ids of every doc of ``index`` that ``query`` matches: one search where they fit a page
         (most deletes: an article's old contexts, or none on a new index), else a scroll."""
-        from bertknn_search.backends.engine_client import PartialAnswer, whole_answer
-
         body = {**query, "size": SCAN_PAGE, "_source": False, "track_total_hits": False}
         response = client.search(index=index, body=body, allow_partial_search_results=False)
         whole_answer(getattr(response, "body", response), index)  # a delete must see every shard
@@ -194,8 +191,6 @@ class OpenSearchDialect(Dialect):
 
     def _make_client(self, conn: Connection, user: str | None, password: str) -> Any:
         from opensearchpy import OpenSearch
-
-        from bertknn_search.backends.engine_client import public_url
 
         options: dict[str, Any] = {
             "hosts": [public_url(conn.url or "")],
@@ -311,8 +306,6 @@ class ElasticsearchDialect(Dialect):
 
     def _make_client(self, conn: Connection, user: str | None, password: str) -> Any:
         from elasticsearch import Elasticsearch
-
-        from bertknn_search.backends.engine_client import public_url
 
         options: dict[str, Any] = {
             "hosts": [public_url(conn.url or "")],
