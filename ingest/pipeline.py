@@ -47,7 +47,9 @@ CHUNK_ARTICLES = 64
 # A write of this size is one segment of a few hundred MB of writer heap (article_index.HEAP_PER_CHAR).
 TEXT_CHUNK_CHARS = 48_000_000
 TEXT_CHUNK_ARTICLES = 16_000
-MAX_PENDING_WRITES = 2  # encoded chunks waiting for the writer thread; bounds memory
+MAX_PENDING_WRITES = 2  # encoded groups waiting for the writer thread; bounds memory
+# An eager chunk is written in groups of about this many seconds of encoding: what a stop may lose.
+COMMIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ def ingest(
     bar = Progress("add" if existing_only else "ingest", total, str(device), progress, meter, lazy, started)
     writes = _Writes(backend)
     pending: deque[Future[None]] = deque()
+    pace = _Pace()
     rest = chain([first] if first is not None else [], chunks)
     seen = SeenIds()
     try:
@@ -209,11 +212,11 @@ def ingest(
                 counts["duplicates"] += prepared.duplicates
                 if prepared.todo:
                     bar.start_chunk(len(prepared.rows))
-                    items = _encoded(prepared, encoder, batch_size, meta, config, bar)
-                    # The queue bound keeps memory flat when the store is slower than the encoder.
-                    pending.append(writer.submit(writes.store, items, prepared.ir_fields))
-                    while len(pending) > MAX_PENDING_WRITES:
-                        writes.settle(pending.popleft())
+                    for items in _encoded(prepared, encoder, batch_size, meta, config, bar, pace):
+                        # The queue bound keeps memory flat when the store is slower than the encoder.
+                        pending.append(writer.submit(writes.store, items, prepared.ir_fields))
+                        while len(pending) > MAX_PENDING_WRITES:
+                            writes.settle(pending.popleft())
                     counts["articles"] += len(prepared.todo)
                     counts["replaced"] += prepared.replaced
                     counts["sentences"] += sum(len(s) for s in prepared.sentences)
@@ -320,13 +323,56 @@ def add_articles(
 
 
 def _encoded(
-    prepared: Prepared, encoder: Encoder, batch_size: int, meta: IndexMeta, config: Config, bar: Progress
-) -> list[EncodedArticle]:
-    """The chunk's articles as the index stores them: with contexts, or as text alone (lazy)."""
+    prepared: Prepared,
+    encoder: Encoder,
+    batch_size: int,
+    meta: IndexMeta,
+    config: Config,
+    bar: Progress,
+    pace: _Pace,
+) -> Iterator[list[EncodedArticle]]:
+    """The chunk's articles as the index stores them, in groups written one by one: with contexts, or
+    as text alone (lazy, one group).
+
+    An eager chunk is minutes of encoding on a CPU; each group is about ``COMMIT_S`` of it, so a stop loses
+    at most that much (written groups are kept, and a re-run skips them).
+    """
     if meta.contexts == "lazy":
-        return [EncodedArticle(a, None, fp) for a, fp in zip(prepared.todo, prepared.fingerprints)]
-    vectors = encode_rows(prepared.rows, encoder, batch_size, on_batch=bar.encoded)
-    return build_blocks(prepared.todo, prepared.sentences, prepared.rows, vectors, config)
+        yield [EncodedArticle(a, None, fp) for a, fp in zip(prepared.todo, prepared.fingerprints)]
+        return
+    for first, end in pace.groups([r.article for r in prepared.rows], len(prepared.todo), batch_size):
+        rows = [replace(r, article=r.article - first) for r in prepared.rows if first <= r.article < end]
+        began = time.perf_counter()
+        vectors = encode_rows(rows, encoder, batch_size, on_batch=bar.encoded)
+        pace.told(len(rows), time.perf_counter() - began)
+        yield build_blocks(prepared.todo[first:end], prepared.sentences[first:end], rows, vectors, config)
+
+
+class _Pace:
+    """Sizes an eager chunk's write groups by the encoder's measured rate (contexts per second)."""
+
+    def __init__(self) -> None:
+        self.rate: float | None = None
+
+    def told(self, rows: int, seconds: float) -> None:
+        if rows and seconds > 0:
+            self.rate = rows / seconds
+
+    def groups(self, owners: Sequence[int], articles: int, batch_size: int) -> Iterator[tuple[int, int]]:
+        """[first, end) article ranges of about ``COMMIT_S`` of encoding each (whole articles, at least one
+        batch of rows, so batches stay full); until a rate is known, a batch's worth."""
+        per_article = [0] * articles
+        for owner in owners:
+            per_article[owner] += 1
+        first = 0
+        while first < articles:
+            wanted = max(batch_size, int((self.rate or 0) * COMMIT_S))
+            end, rows = first, 0
+            while end < articles and (rows < wanted or end == first):
+                rows += per_article[end]
+                end += 1
+            yield first, end
+            first = end
 
 
 @dataclass(frozen=True)
