@@ -30,7 +30,6 @@ from bertknn_search.backends.engine_client import (
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, ConfigError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import (
-    Article,
     ArticleHit,
     Coverage,
     EncodedArticle,
@@ -247,18 +246,17 @@ class EngineBackend:
         return ""
 
     def unencoded(self, article_ids: Sequence[str]) -> list[PendingArticle]:
-        fields = ["title", "text", "fingerprint", "encoded", *bodies.PART_FIELDS, "sentences"]
+        fields = ["title", "text", "fingerprint", "popularity", "encoded", *bodies.PART_FIELDS, "sentences"]
         docs = self._mget(sorted(set(article_ids)), fields, realtime=True)
         out = []
         for aid, src in sorted(docs.items()):
             gen = bodies.generation(aid, src["fingerprint"])
             if "text" not in src or src.get("encoded") == gen:
                 continue
+            article = bodies.stored_article(aid, src, self._meta, self.location)
             done = np.flatnonzero(bodies.done_rows(src, aid, src["fingerprint"]))
             sentences = src.get("sentences") if src.get("partial") == gen else None
-            out.append(
-                PendingArticle(Article(aid, src["title"], src["text"]), src["fingerprint"], done, sentences)
-            )
+            out.append(PendingArticle(article, src["fingerprint"], done, sentences))
         return out
 
     def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from importlib.resources import files
@@ -16,7 +17,7 @@ import numpy as np
 
 from bertknn_search.backends import codec
 from bertknn_search.errors import IndexCorruptError
-from bertknn_search.records import ArticleHit, ContextBlock, EncodedArticle, IndexMeta, Neighbors
+from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta, Neighbors
 from bertknn_search.terms import document_text, query_terms, tokenize
 
 # 2: accent-folded IR terms, max_length in the meta; 3: lazy contexts; 4: precision; 5: whole-word values
@@ -91,6 +92,40 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
         raise IndexCorruptError(
             f"metadata of indices at {where} cannot be read ({exc!r}); ingest again"
         ) from exc
+
+
+_INGEST_FINGERPRINT = re.compile(r"[0-9a-f]{20}")  # the form ``article_fingerprint`` gives
+
+
+def stored_article(article_id: str, source: dict[str, Any], meta: IndexMeta, where: str) -> Article:
+    """The article an articles doc holds, checked before its text is encoded: title and text are strings
+    and, where its fingerprint is one ingest computed, give that fingerprint again with the index's
+    settings. A doc edited by hand (a number for a text, another article's text) is an IndexCorruptError
+    naming the article, never contexts encoded from the wrong text.
+    """
+    title, text, popularity = source.get("title"), source.get("text"), source.get("popularity")
+    fingerprint = source.get("fingerprint")
+
+    def damaged(why: str) -> IndexCorruptError:
+        return IndexCorruptError(
+            f"indices at {where}: the stored article {article_id!r} is damaged ({why}); add that article"
+            " again or rebuild the index with ingest"
+        )
+
+    for name, value in (("title", title), ("text", text), ("fingerprint", fingerprint)):
+        if not isinstance(value, str):
+            raise damaged(f"its {name} is {type(value).__name__}, not text")
+    if popularity is not None and (isinstance(popularity, bool) or not isinstance(popularity, (int, float))):
+        raise damaged(f"its popularity is {type(popularity).__name__}, not a number")
+    article = Article(article_id, title, text, None if popularity is None else float(popularity))
+    if _INGEST_FINGERPRINT.fullmatch(fingerprint):
+        # Imported here: the ingest side (its readers import pyarrow) is needed only once a text is read.
+        from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
+
+        settings = fingerprint_settings(meta.model, meta.layer, meta.mask_policy, meta.max_length)
+        if article_fingerprint(article, settings) != fingerprint:
+            raise damaged("its text is not the text its fingerprint was made from")
+    return article
 
 
 def generation(article_id: str, fingerprint: str) -> str:
