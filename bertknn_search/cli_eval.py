@@ -39,9 +39,10 @@ from bertknn_search.eval.metrics import KS
 
 
 def _exact_unless_budget(config: Config) -> Config:
-    """Evaluation answers over every context of a fact's articles, unless --budget asks for anytime answers
-    (results.json records which, with the other settings)."""
-    return config if config.budget is not None else config.replace(exact=True)
+    """Evaluation answers over every context of a fact's articles, unless --budget or --budget-s asks for
+    anytime answers (results.json records which, with the other settings)."""
+    anytime = config.budget is not None or config.budget_s is not None
+    return config if anytime else config.replace(exact=True)
 
 
 def _facts(flags: dict[str, Any]) -> list[Any]:

@@ -19,7 +19,8 @@ from bertknn_search.config import (
     STORE_DTYPES,
     finite,
 )
-from bertknn_search.errors import ConfigError
+from bertknn_search.errors import ConfigError, QuestionError
+from bertknn_search.evidence_words import checked_words
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -243,6 +244,12 @@ method_options = stacked(
         " [default 64 on a CPU, 65,536 on a GPU].",
     ),
     click.option(
+        "--budget-s",
+        type=FiniteFloat(min=0.001, max=86_400.0),
+        help="Lazy index: seconds a question may spend encoding before it answers, best contexts first;"
+        " with --budget, whichever comes first [default 2.4 on a CPU, none on a GPU; none with --budget].",
+    ),
+    click.option(
         "--exact",
         flag_value=True,
         default=None,
@@ -267,4 +274,23 @@ ingest_options = stacked(
     ),
     no_progress_option,
     json_option,
+)
+
+
+def _evidence_words(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:  # the callback runs for every query: no import when the option is not given
+        return ()
+    try:
+        return checked_words([word for given in value for word in given.split(",")])
+    except QuestionError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+evidence_for_option = click.option(
+    "--evidence-for",
+    multiple=True,
+    metavar="WORD",
+    callback=_evidence_words,
+    help="Also show the sentences of the neighbours that voted for WORD, ranked in the top answers or not"
+    " (repeatable, or a comma list; a word of several wordpieces on a whole-word index too).",
 )

@@ -35,6 +35,12 @@ GPU_BATCH = 1024
 # 7-11 s. On a GPU an article of 64k contexts is whole within the budget: answers there are exact.
 CPU_BUDGET = 64
 GPU_BUDGET = 65_536
+# On a CPU a question also stops encoding after this many seconds (counted from when it began), so that
+# its first answer comes in about 3 s on any CPU: 64 BERT-base contexts took 2 s on a CPU with AVX512-BF16
+# but 4.7-5 s in fp32 on this project's 2-core machine (13.8 contexts/s). See bench_first_answer.
+CPU_BUDGET_S = 2.4
+# A budget of seconds alone (``--budget-s`` without ``--budget``) ranks every missing context, best first.
+UNBOUNDED = 1 << 30
 
 # Wikipedia's own cap on a page's wikitext (2 MiB). The readers hold no article past it (its XML text,
 # JSONL line, WikiExtractor <doc> body or parquet text) and skip one that is longer, so what a corpus
@@ -75,6 +81,9 @@ class Config:
     # Anytime answers on a lazy index: contexts encoded per question before it answers (None: the
     # device's default, see budget_for); ``exact`` encodes every missing context of its articles first.
     budget: int | None = None
+    # ... and seconds a question may spend encoding before it answers (None: the device's default, see
+    # budget_seconds_for); whichever of the two comes first ends its encoding.
+    budget_s: float | None = None
     exact: bool = False
 
     # Where the index lives.
@@ -112,7 +121,22 @@ class Config:
             return None
         if self.budget is not None:
             return self.budget
+        if self.budget_s is not None:
+            return UNBOUNDED
         return GPU_BUDGET if device_type == "cuda" else CPU_BUDGET
+
+    def budget_seconds_for(self, device_type: str) -> float | None:
+        """Seconds a question may spend encoding before it answers on ``device_type``; None: no bound.
+
+        A budget of contexts given alone (``--budget``) is that many contexts, whatever they take.
+        """
+        if self.exact:
+            return None
+        if self.budget_s is not None:
+            return self.budget_s
+        if self.budget is not None or device_type == "cuda":
+            return None
+        return CPU_BUDGET_S
 
     def __post_init__(self) -> None:
         checks = [
@@ -130,6 +154,10 @@ class Config:
                 f"--batch-size must be >= 1, got {self.batch_size}",
             ),
             (self.budget is None or self.budget >= 1, f"--budget must be >= 1 context, got {self.budget}"),
+            (
+                self.budget_s is None or 0 < self.budget_s <= 86_400,
+                f"--budget-s must be more than 0 and at most 86400 seconds, got {self.budget_s}",
+            ),
             (self.max_length >= 8, f"--max-length must be >= 8, got {self.max_length}"),
             (
                 self.max_article_bytes >= 1,
@@ -211,6 +239,7 @@ TUNABLE: dict[str, type] = {
     "gate_thresholds": dict,
     "evidence": str,
     "budget": int,
+    "budget_s": float,
     "exact": bool,
 }
 
@@ -230,6 +259,7 @@ SETTINGS_FLAGS: dict[str, tuple[str, bool]] = {
     "gate-thresholds": ("gate_thresholds", False),
     "evidence": ("evidence", False),
     "budget": ("budget", False),
+    "budget-s": ("budget_s", False),
     "exact": ("exact", False),
 }
 SETTINGS_KEYS = {**SETTINGS_FLAGS, **{name: (name, False) for name in TUNABLE}}

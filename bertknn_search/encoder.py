@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bertknn_search.deferred_imports import deferred
 from bertknn_search.errors import ModelLoadError, QuestionError
 from bertknn_search.heads import architectures_have_head, no_head_line
 from bertknn_search.model_lookup import CACHE, HUB, hub_unreachable, locate_model
@@ -76,8 +78,8 @@ class Encoder:
         # What the config says of an MLM head; the weights have the last word when they load (``mlm``).
         self._head_in_config = architectures_have_head(getattr(self.model_config, "architectures", None))
         self._head_missing: list[str] = []
-        self._between: Callable[[], None] | None = None  # see between_blocks
-        self._in_between = False
+        # Per thread (see between_blocks): a server advances several cold encodes, each on its own thread.
+        self._hook = threading.local()
 
     # -- facts about the model -------------------------------------------------------------------
     @property
@@ -149,7 +151,8 @@ class Encoder:
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         try:
-            model, info = self._from_pretrained(AutoModelForMaskedLM, overrides)
+            with deferred():  # SciPy's optimizers, which transformers imports for losses never used here
+                model, info = self._from_pretrained(AutoModelForMaskedLM, overrides)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"cannot load weights of {self.model_name!r}: {_first_line(exc)}") from exc
         finally:
@@ -209,17 +212,19 @@ class Encoder:
 
         A server's cold encode lets the questions that arrived meanwhile use the model there: one block
         of a few rows is milliseconds on a CPU, where a whole row of BERT-base is tens of them. Passes
-        made from inside ``between`` (those questions' own) do not call it again.
+        made from inside ``between`` do not call it again. ``between`` applies to this thread's passes
+        only: a server runs each cold encode on its own thread and advances them in turn.
         """
         if between is None:
             yield
             return
         self._block_hooks  # noqa: B018  installed once, on the blocks queries share
-        previous, self._between = self._between, between
+        previous = getattr(self._hook, "between", None)
+        self._hook.between = between
         try:
             yield
         finally:
-            self._between = previous
+            self._hook.between = previous
 
     @cached_property
     def _block_hooks(self) -> list[Any]:
@@ -231,14 +236,14 @@ class Encoder:
         return [block.register_forward_pre_hook(self._before_block) for block in blocks]
 
     def _before_block(self, module: Any, args: Any) -> None:
-        between = self._between
-        if between is None or self._in_between:
+        between = getattr(self._hook, "between", None)
+        if between is None or getattr(self._hook, "inside", False):
             return
-        self._in_between = True
+        self._hook.inside = True
         try:
             between()
         finally:
-            self._in_between = False
+            self._hook.inside = False
 
     @cached_property
     def _head(self) -> Any | None:

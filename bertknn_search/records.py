@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only where an empty block is made: `query --server` and --help never import it
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class ContextBlock:
 
     @classmethod
     def empty(cls, dim: int, sentences: list[str] | None = None) -> ContextBlock:
+        import numpy as np
+
         ints = np.zeros(0, dtype=np.int32)
         return cls(
             sentences or [], np.zeros((0, dim), np.float16), ints, ints.copy(), ints.copy(), ints.copy()
@@ -120,11 +124,14 @@ class EncodePlan:
         focus: the questions, each with the articles it searches.
         budget: contexts encoded per question before answering, those most useful to it first;
             None: every context of its articles (an exact answer).
+        deadline: with a budget, the ``time.monotonic()`` at which encoding stops even if the budget is
+            not spent (a budget of seconds); None: none.
     """
 
     focus: tuple[Focus, ...] = ()
     budget: int | None = None
     hooks: EncodeHooks = field(default_factory=EncodeHooks)
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +206,8 @@ class Neighbors:
 
     Attributes:
         distances: (k,) float32, squared L2 distances.
-        token_ids: (k,) int64, the stored value of each neighbour.
+        token_ids: (k,) int64, the value of each neighbour: as stored (a word of several wordpieces by
+            its 31-bit hash), then keyed by the Searcher (``Searcher.resolve_words``).
         article_ids: the article of each neighbour.
         sentence_ids, starts, ends: (k,) int32, where to find the sentence and the word.
         vectors: (k, dim) float32 stored keys, where the backend returns them (the embedded one
@@ -219,6 +227,8 @@ class Neighbors:
 
     @classmethod
     def empty(cls) -> Neighbors:
+        import numpy as np
+
         ints = np.zeros(0, dtype=np.int32)
         return cls(np.zeros(0, np.float32), np.zeros(0, np.int64), [], ints, ints.copy(), ints.copy())
 
@@ -235,6 +245,8 @@ class Question:
     subject: str | None = None
     popularity: float | None = None
     relation: str | None = None
+    # Words whose supporting sentences the answer shows, whether or not they rank among the top answers.
+    evidence_for: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -243,8 +255,8 @@ class Prediction:
 
     Attributes:
         word: the word as the tokenizer normalises it (lowercased by an uncased model).
-        token_id: its value: the wordpiece id, or for a word of several wordpieces a negative hash
-            (``values.word_value``).
+        token_id: its value: the wordpiece id, or for a word of several wordpieces the negative key
+            of its wordpieces (``values.word_key``; up to 19 digits, beyond a JavaScript number's 2^53).
         prob: its probability.
         pieces: the wordpieces of a word of several; empty for a word of one.
     """
@@ -276,6 +288,25 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class WordEvidence:
+    """The sentences that voted for a word the question asked about (``query --evidence-for``), ranked
+    among the top answers or not.
+
+    Attributes:
+        word: the word as asked.
+        sentences: chosen as the top answers' are (``--evidence``); empty when no neighbour holds it.
+        votes: how many of the question's neighbours hold it.
+        answerable: whether it can be an answer on this index at all: one wordpiece of the model's
+            vocabulary, or on a whole-word index one word.
+    """
+
+    word: str
+    sentences: list[EvidenceSentence] = field(default_factory=list)
+    votes: int = 0
+    answerable: bool = True
+
+
+@dataclass(frozen=True)
 class SplitWord:
     """A word that stands where the question has [MASK] in a searched sentence, but is several wordpieces.
 
@@ -288,6 +319,19 @@ class SplitWord:
     pieces: list[str]
     article_id: str
     title: str
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """How sure an answer is (``confidence.assess``; what the bands mean: docs/evaluation.md#confidence).
+
+    Attributes:
+        level: "high", "medium" or "low".
+        score: in [0, 1], the signal the bands cut: the share of the neighbours that hold the top answer.
+    """
+
+    level: str
+    score: float
 
 
 @dataclass(frozen=True)
@@ -315,6 +359,10 @@ class Answer:
     # A subject that is no title in the index (BM25 searched it instead): titles that hold it or its
     # longest word, for the next try. None: the subject was a title, or there was none.
     closest_titles: list[str] | None = None
+    # The sentences behind the question's ``evidence_for`` words, in their order.
+    evidence_for: list[WordEvidence] = field(default_factory=list)
+    # How sure the answer is; None only where no answer was computed (no neighbours and no MLM head).
+    confidence: Confidence | None = None
 
     @property
     def partial(self) -> bool:

@@ -14,13 +14,16 @@ import numpy as np
 
 from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.base import Backend
+from bertknn_search.confidence import assess
 from bertknn_search.config import Config
 from bertknn_search.encoder import MASK, Encoder
 from bertknn_search.errors import ConfigError, IndexMismatchError, QuestionError
 from bertknn_search.evidence import with_evidence
+from bertknn_search.evidence_words import checked_words
 from bertknn_search.gates import confidence, decide, log_popularity
 from bertknn_search.interpolate import interpolate, rank
 from bertknn_search.knn import knn_probs
+from bertknn_search.neighbour_words import resolve_words
 from bertknn_search.records import (
     Answer,
     ArticleHit,
@@ -36,7 +39,7 @@ from bertknn_search.records import (
 from bertknn_search.retrieve import retrieve
 from bertknn_search.split_words import split_words
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
-from bertknn_search.values import MAX_PIECES, Candidates, ValueSpace, is_word, whole_words, word_value
+from bertknn_search.values import MAX_PIECES, Candidates, ValueSpace, WordKeys, is_word, whole_words
 
 _UNUSED = re.compile(r"\[unused\d+\]")
 # Sentences of the nearest neighbours read for words that cannot be answers (see split_words): the
@@ -97,6 +100,8 @@ class Searcher:
         # What a front end lets a lazy index's encoding do: show progress (the CLI), answer others in
         # between (the server).
         self.hooks = EncodeHooks()
+        # The pieces behind each key of a word of several wordpieces (see values.py): shared keys are refused.
+        self.word_keys = WordKeys()
 
     @classmethod
     def open(cls, config: Config) -> Searcher:
@@ -126,13 +131,26 @@ class Searcher:
     def neighbors(
         self, state: np.ndarray, hits: Sequence[ArticleHit] | None, k: int | None = None
     ) -> Neighbors:
-        """Nearest contexts inside ``hits``' articles; ``None`` searches every context (no-IR mode)."""
+        """Nearest contexts inside ``hits``' articles; ``None`` searches every context (no-IR mode).
+
+        Their values are keys: a word of several wordpieces is keyed by its own wordpieces
+        (``resolve_words``).
+        """
         k = k or self.config.k
         if hits is None:
-            return self.backend.knn(state, k, None)
+            return self.resolve_words(self.backend.knn(state, k, None))
         if not hits:
             return Neighbors.empty()
-        return self.backend.knn(state, k, [h.id for h in hits])
+        return self.resolve_words(self.backend.knn(state, k, [h.id for h in hits]))
+
+    def resolve_words(self, nb: Neighbors) -> Neighbors:
+        """``nb`` with each word of several wordpieces keyed by its own wordpieces, read back from its
+        sentence (``neighbour_words.resolve_words``); a stored hash two words share stays two words.
+
+        Raises:
+            WordCollisionError: two different words have the same 64-bit key (refused, never merged).
+        """
+        return resolve_words(nb, self.backend, self.encoder.tokenizer, self.word_keys)
 
     # -- answers -----------------------------------------------------------------------------------
     def answer(self, question: Question) -> Answer:
@@ -150,6 +168,7 @@ class Searcher:
                 text (checked before any work).
         """
         cfg = config or self.config
+        began = time.monotonic()  # a budget of seconds counts from here: the question's whole wait
         for q in questions:
             self.encoder.prepare(q.text)  # validate all before spending time on any
             bad = None if q.subject is None else first_unencodable(q.subject)
@@ -170,12 +189,15 @@ class Searcher:
         # One call for the whole batch, so a lazy index encodes what the batch needs in one pass.
         start = time.perf_counter()
         searched = sorted({h.id for hits in found for h in hits or []})
+        device = self.encoder.placement.device.type
+        seconds_left = cfg.budget_seconds_for(device)
         plan = EncodePlan(
             tuple(
                 Focus(q.text, q.subject, tuple(h.id for h in hits or [])) for q, hits in zip(questions, found)
             ),
-            cfg.budget_for(self.encoder.placement.device.type),
+            cfg.budget_for(device),
             self.hooks,
+            None if seconds_left is None else began + seconds_left,
         )
         coverage: dict[str, Coverage] = {}
         if searched:  # a batch the gate stopped whole asks nothing of the index
@@ -242,15 +264,18 @@ class Searcher:
         """Answer several questions: rankings, articles and evidence.
 
         Raises:
-            QuestionError: a question without exactly one [MASK] (checked before any work).
+            QuestionError: a question without exactly one [MASK], or with more words in ``evidence_for``
+                than ``evidence_words.MAX_EVIDENCE_FOR`` (checked before any work).
         """
+        questions = [dataclasses.replace(q, evidence_for=checked_words(q.evidence_for)) for q in questions]
         answers = []
         for q, s in zip(questions, self.score_batch(questions)):
+            ranking = self.predictions(s.p, s)
             answer = Answer(
                 question=q.text,
                 subject=q.subject,
                 articles=list(s.hits or []),
-                bert_knn=self.predictions(s.p, s),
+                bert_knn=ranking,
                 bert=None if s.p_bert is None else self.predictions(s.p_bert, s),
                 knn=self.predictions(s.p_knn, s),
                 evidence=[],
@@ -258,12 +283,14 @@ class Searcher:
                 bert_available=s.p_bert is not None,
                 gate=s.gate,
                 coverage=s.coverage,
+                confidence=assess(ranking, s.neighbors, s.p_bert is not None),
             )
             cfg = self.config
             answer = with_evidence(
                 answer,
                 s.neighbors,
                 self.backend,
+                chosen=[(word, self.value(word)) for word in q.evidence_for],
                 mode=cfg.evidence,
                 temperature=cfg.temperature,
                 squared=cfg.distance == "squared-l2",
@@ -327,8 +354,13 @@ class Searcher:
         return [scored.space.value(int(i)) for i in positions], probs
 
     def value(self, word: str) -> int | None:
-        """The value ``word`` is stored under in this index: its wordpiece id, or under a whole-word
-        policy the hash of its wordpieces if it is one word; None if it cannot be an answer here."""
+        """The value ``word`` is ranked under in this index: its wordpiece id, or under a whole-word
+        policy the key of its wordpieces (``values.word_key``) if it is one word; None if it cannot be
+        an answer here.
+
+        Raises:
+            WordCollisionError: another word has the same key (refused, never merged).
+        """
         tok = self.encoder.tokenizer
         enc = tok(word, add_special_tokens=False)
         ids: list[int] = enc["input_ids"]
@@ -339,7 +371,7 @@ class Searcher:
         one_word = len(set(enc.word_ids())) == 1
         if not whole_words(self.backend.meta().mask_policy) or not one_word or len(ids) > MAX_PIECES:
             return None
-        return word_value(ids)
+        return self.word_keys.ask(ids)
 
     def predictions(self, p: np.ndarray, scored: Scored) -> list[Prediction]:
         """``p``'s top answers as words: a word of several wordpieces is read from a neighbour's sentence."""
@@ -352,7 +384,7 @@ class Searcher:
         return out
 
     def words(self, values: Sequence[int], nb: Neighbors) -> dict[int, tuple[str, tuple[str, ...]]]:
-        """Each value's word and wordpieces; a word's hash is resolved through a neighbour holding it."""
+        """Each value's word and wordpieces; a word's key is resolved through a neighbour holding it."""
         vocab, tok = self.encoder.vocab, self.encoder.tokenizer
         out = {v: (vocab[v], (vocab[v],)) for v in values if not is_word(v)}
         hashed = [v for v in values if is_word(v)]

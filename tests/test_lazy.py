@@ -132,7 +132,9 @@ def test_a_batch_encodes_every_missing_article_in_one_pass(
         return real(rows, encoder, batch_size, on_batch)
 
     monkeypatch.setattr(contexts_module, "encode_rows", counting)
-    searcher = Searcher.open(lazy_copy)
+    # A budget of contexts alone: under the default's seconds, a process's first encode is a short step
+    # that measures the encoder's rate, then one for the rest (tests/test_budget_seconds.py).
+    searcher = Searcher.open(lazy_copy.replace(budget=64))
     try:
         searcher.score_batch(questions(facts))
     finally:

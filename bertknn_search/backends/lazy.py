@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertknn_search.backends.article_rows import rows_in_slices, split_in_slices
 from bertknn_search.backends.base import Store
 from bertknn_search.backends.encode_order import Lexicon, order_rows
 from bertknn_search.backends.memory_parts import MemoryParts
@@ -47,9 +48,10 @@ from bertknn_search.records import (
 )
 
 TOUCH_EVERY_S = 60.0
-# With a front end waiting to slip questions in between (a server), an encoder step lasts about this
-# long: the model lets them in between two transformer blocks (``Encoder.between_blocks``), so a
-# question that arrives during a cold encode waits for one block of a step, a few milliseconds.
+# With a front end waiting to slip questions in between (a server), a batch of rows takes about this
+# long through the model: the model lets them in between two transformer blocks
+# (``Encoder.between_blocks``), so a question that arrives during a cold encode waits for one block of
+# a batch, a few milliseconds. Smaller batches cost throughput on a CPU; bigger ones, that wait.
 STEP_S = 0.15
 # Encoded rows are stored at least this often (and when a call ends or is stopped): each store is one
 # transaction, so a kill loses at most this much work and never leaves a part half-written.
@@ -61,6 +63,9 @@ ROWS_CACHED = 16  # articles whose split sentences and rows are kept between cal
 # A step without a front end waiting holds at most this many batches of rows: model inputs are made per
 # step, so a long article's encode holds a step's inputs, never the whole article's.
 STEP_BATCHES = 8
+# Under a budget of seconds, a first step before the encoder's rate is known (this process has not encoded
+# yet) holds this many rows: a fraction of a second for BERT-base on a CPU, then steps fit the time left.
+DEADLINE_FIRST_ROWS = 8
 
 
 @dataclass
@@ -119,7 +124,8 @@ class LazyDatastore:
         self.encoded_articles = 0
         self._touched: dict[str, float] = {}  # article id -> when this process last recorded a use
         self._rows: OrderedDict[tuple[str, str], _Article] = OrderedDict()
-        self._rate = 0.0  # rows per second of the last encoder step: sizes the next step
+        self._rate = 0.0  # rows per second of the last encoder step: sizes the next step's batches
+        self._busy: dict[str, int] = {}  # article id -> encode calls now running on it (a server's)
 
     @property
     def name(self) -> str:
@@ -144,7 +150,7 @@ class LazyDatastore:
         """
         ids = sorted(set(article_ids))
         plan = plan or EncodePlan()
-        work = self._work(self.parts.unencoded(ids))
+        work = self._work(self.parts.unencoded(ids), plan.hooks.between)
         self._store_empty([w for w in work if not len(w.rows)])
         encoded = self._encode(work, self._choose(work, plan), plan) if work else 0
         self._touch(ids)
@@ -153,12 +159,15 @@ class LazyDatastore:
         return encoded
 
     def encode_more(self, max_contexts: int, plan: EncodePlan | None = None) -> int:
-        """Encode up to ``max_contexts`` more of the most recently used partly encoded article(s).
+        """Encode up to ``max_contexts`` more of the most recently used partly encoded article(s), but
+        none that another call is encoding now (a server's question, which would encode it again).
 
         Returns:
-            Contexts encoded; 0 when no article is partly encoded.
+            Contexts encoded; 0 when no article is partly encoded (or every one is being encoded).
         """
-        work = self._work(self.parts.unencoded(self.parts.partial_articles(4)))
+        plan = plan or EncodePlan()
+        ids = [a for a in self.parts.partial_articles(4) if a not in self._busy]
+        work = self._work(self.parts.unencoded(ids), plan.hooks.between)
         chosen: dict[str, np.ndarray] = {}
         left = max_contexts
         for w in work:
@@ -166,14 +175,15 @@ class LazyDatastore:
                 break
             chosen[w.id] = w.todo[:left]  # the article's own order: the lead section first
             left -= len(chosen[w.id])
-        return self._encode(work, chosen, plan or EncodePlan()) if chosen else 0
+        return self._encode(work, chosen, plan, steps_of=STEP_BATCHES) if chosen else 0
 
     def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
         return self.parts.coverage(article_ids)
 
-    def _work(self, pending: Sequence[PendingArticle]) -> list[_Work]:
-        from bertknn_search.ingest.contexts import make_row_table
-        from bertknn_search.ingest.sentences import check_splitter, split_sentences
+    def _work(
+        self, pending: Sequence[PendingArticle], between: Callable[[], None] | None = None
+    ) -> list[_Work]:
+        from bertknn_search.ingest.sentences import check_splitter
 
         if not pending:
             return []
@@ -185,8 +195,11 @@ class LazyDatastore:
             key = (p.article.id, p.fingerprint)
             cached = self._rows.get(key)
             if cached is None:
-                sentences = p.sentences if p.sentences is not None else split_sentences(p.article.text)
-                table = make_row_table([sentences], self.encoder, meta.mask_policy, meta.max_length)
+                # In slices, between which a server answers the questions that wait (article_rows).
+                sentences = p.sentences
+                if sentences is None:
+                    sentences = split_in_slices(p.article.text, between)
+                table = rows_in_slices(sentences, self.encoder, meta, between)
                 cached = _Article(sentences, table)
                 self._rows[key] = cached
                 while len(self._rows) > ROWS_CACHED:
@@ -211,19 +224,35 @@ class LazyDatastore:
             ]
             for aid, rows in _best(ranked, plan.budget).items():
                 chosen.setdefault(aid, []).append(rows)
-        out = {aid: np.unique(np.concatenate(parts)) for aid, parts in chosen.items()}
+        # Best first (a deadline may stop the encode part way), each row once.
+        out = {aid: _first_seen(np.concatenate(parts)) for aid, parts in chosen.items()}
         # Articles no question of the plan searches (a caller that just wants them whole) get everything.
         out.update({w.id: w.todo for w in work if w.id not in asked})
         return {aid: rows for aid, rows in out.items() if rows.size}
 
-    def _encode(self, work: Sequence[_Work], chosen: Mapping[str, np.ndarray], plan: EncodePlan) -> int:
-        """Encode the chosen rows in steps, storing them as parts; what is encoded is stored on any exit."""
+    def _encode(
+        self, work: Sequence[_Work], chosen: Mapping[str, np.ndarray], plan: EncodePlan, steps_of: int = 1
+    ) -> int:
+        """Encode the chosen rows in steps, storing them as parts; what is encoded is stored on any exit.
+
+        Args:
+            steps_of: batches a step holds with a front end waiting (without one, STEP_BATCHES). A step's
+                rows are sorted by length, so more batches pad less; a stop loses the step it is in.
+        """
         from bertknn_search.ingest.contexts import encode_rows
 
         by_id = {w.id: w for w in work}
-        queue = [(aid, int(r)) for aid, rows in chosen.items() for r in rows]
+        deadline = plan.deadline if plan.budget is not None else None
+        # Under a deadline, the articles' rows in turn, best first: the first of each (which every article
+        # needs, see ``_best``) lead, and wherever it stops, each article has its best rows.
+        queue = (
+            _in_turn(chosen)
+            if deadline is not None
+            else [(a, int(r)) for a, rows in chosen.items() for r in rows]
+        )
         if not queue:
             return 0
+        needed = len(chosen) if deadline is not None else len(queue)
         hooks = plan.hooks
         batch = self.config.batch_for(self.encoder.placement.device.type)
         titles = tuple(by_id[aid].pending.article.title for aid in chosen)
@@ -231,23 +260,35 @@ class LazyDatastore:
         started = flushed = time.monotonic()
         done: dict[str, list[tuple[int, np.ndarray]]] = {}
         encoded = 0
+        paused = [0.0]  # seconds spent in ``between``: others' turns, not this encode's
+        between = None if hooks.between is None else _timed(hooks.between, paused)
+        for aid in chosen:
+            self._busy[aid] = self._busy.get(aid, 0) + 1
         try:
             while encoded < len(queue):
                 # Without a front end waiting, steps are large (batching), bounded so that model inputs
-                # are made for a step's rows, never a whole long article's.
-                size = batch * STEP_BATCHES if hooks.between is None else self._step_rows(batch)
+                # are made for a step's rows, never a whole long article's. With one, batches are sized
+                # to STEP_S (a block of one is what a waiting question waits for), and a question's
+                # step is one batch, so that a stop loses at most that.
+                size = batch if between is None else self._batch_rows(batch)
+                rows = size * (STEP_BATCHES if between is None else steps_of)
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if encoded >= needed and left <= 0:
+                        break
+                    rows = min(rows, self._deadline_rows(left, needed - encoded))
                 # In the article's order within a step, so that encoding an article whole batches its
                 # rows as ingest does (what is encoded first is decided by which rows a step holds).
-                step = sorted(queue[encoded : encoded + size])
-                began = time.monotonic()
-                with self.encoder.between_blocks(hooks.between):
+                step = sorted(queue[encoded : encoded + rows])
+                began, waited = time.monotonic(), paused[0]
+                with self.encoder.between_blocks(between):
                     vectors = encode_rows(
                         [row for a, r in step for row in by_id[a].rows.rows([r])],
                         self.encoder,
-                        batch,
+                        size,
                         _told(hooks, encoded, len(queue), titles, total, started),
                     )
-                took = time.monotonic() - began
+                took = time.monotonic() - began - (paused[0] - waited)
                 self._rate = len(step) / took if took > 0 else 0.0
                 for (aid, row), vector in zip(step, vectors):
                     done.setdefault(aid, []).append((row, vector))
@@ -256,10 +297,21 @@ class LazyDatastore:
                     self._store(by_id, done)
                     done, flushed = {}, time.monotonic()
         finally:
+            for aid in chosen:
+                self._busy[aid] -= 1
+                if not self._busy[aid]:
+                    del self._busy[aid]
             self._store(by_id, done)
         return encoded
 
-    def _step_rows(self, batch: int) -> int:
+    def _deadline_rows(self, left: float, needed: int) -> int:
+        """Rows a step may hold with ``left`` seconds to the deadline: what the last rate passes in that
+        time (``DEADLINE_FIRST_ROWS`` before a rate is known), and at least the ``needed`` ones."""
+        fits = DEADLINE_FIRST_ROWS if self._rate <= 0 else int(self._rate * max(left, 0.0))
+        return max(fits, needed, 1)
+
+    def _batch_rows(self, batch: int) -> int:
+        """Rows per batch that the model passes in about STEP_S, at the last step's rate."""
         if self._rate <= 0:
             return 1
         return int(min(max(self._rate * STEP_S, 1), batch))
@@ -380,6 +432,32 @@ def _told(
         report(EncodeProgress(done, todo, titles, time.monotonic() - started, total))
 
     return told
+
+
+def _first_seen(rows: np.ndarray) -> np.ndarray:
+    """``rows`` without repeats, each where it first comes."""
+    _, first = np.unique(rows, return_index=True)
+    return rows[np.sort(first)]
+
+
+def _in_turn(chosen: Mapping[str, np.ndarray]) -> list[tuple[str, int]]:
+    """(article, row) pairs taking each article's rows in turn: every article's first, then second, ..."""
+    lists = [(aid, rows.tolist()) for aid, rows in chosen.items()]
+    depth = max((len(rows) for _, rows in lists), default=0)
+    return [(aid, int(rows[d])) for d in range(depth) for aid, rows in lists if d < len(rows)]
+
+
+def _timed(between: Callable[[], None], paused: list[float]) -> Callable[[], None]:
+    """``between``, adding the seconds it takes to ``paused[0]``."""
+
+    def timed() -> None:
+        began = time.monotonic()
+        try:
+            between()
+        finally:
+            paused[0] += time.monotonic() - began
+
+    return timed
 
 
 def _block(work: _Work, rows: np.ndarray, vectors: np.ndarray) -> ContextBlock:

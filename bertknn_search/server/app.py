@@ -39,7 +39,7 @@ from bertknn_search.errors import (
 from bertknn_search.output import to_json
 from bertknn_search.records import Article, Question
 from bertknn_search.search import Searcher
-from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady, Stopping
+from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady, Stopping, gather_answers
 from bertknn_search.server.hosts import PAGE_CSP, HostCheck, SecurityHeaders, allowed_names, docs_csp
 from bertknn_search.server.limits import (
     TOKEN_NEEDED,
@@ -110,9 +110,7 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     """
     config, limits, token = settings.config, settings.limits, settings.token
     if limits.lifted_by_token and token is None:
-        raise ConfigError(
-            "BERTKNN_SERVE_LIMITS says lifted-by-token=yes but the server has no token; give --token-file"
-        )
+        raise ConfigError("the limits say lifted-by-token=yes but the server has no token; give --token-file")
     batcher = MicroBatcher(
         open_searcher or (lambda: Searcher.open(config)),
         settings.max_batch,
@@ -163,6 +161,11 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         ``top``, ``gate``, ``evidence``, ``budget``, ``exact``) replace the server's defaults for this
         request, within the server's limits (``server.limits`` in ``/stats``).
 
+        ``evidence_for`` (a list of words, at most 10 of at most 100 characters each; inside each item of
+        ``questions``) adds ``evidence_for`` to the answer: per word, the sentences of the neighbours that
+        voted for it, ranked among the top answers or not, how many voted, and whether it can be an
+        answer on this index at all.
+
         Evidence spans: ``start`` and ``end`` of each evidence sentence count Unicode code points (as
         Python indexes a string), not UTF-16 units (as JavaScript does): an emoji is one code point and
         two UTF-16 units, so a page must slice ``Array.from(sentence)``, not ``sentence``.
@@ -174,9 +177,13 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
             refused = query_refusal(limits, token, config, cfg, len(items), device)
             if refused is not None:
                 raise HTTPException(*refused)
-        asked = [Question(q.question, q.subject, q.popularity, q.relation) for q in items]
+        asked = [
+            Question(q.question, q.subject, q.popularity, q.relation, tuple(q.evidence_for or ()))
+            for q in items
+        ]
         futures = batcher.submit(asked, cfg)
-        results = await asyncio.gather(*map(asyncio.wrap_future, futures), return_exceptions=True)
+        # A client that leaves gives its questions up: no encode goes on for nobody (see ``batcher``).
+        results = await gather_answers(futures, request.is_disconnected)
         for i, result in enumerate(results):
             if isinstance(result, BaseException):
                 if isinstance(result, QuestionError) and len(items) > 1:
@@ -268,6 +275,8 @@ def request_defaults(config: Config, device_type: str | None, has_head: bool | N
         has_head: whether the model has a masked-LM head; None when unknown.
     """
     values = settings_file_values(config.method_settings())
+    # The server's own bound on a cold question's seconds (``serve --budget-s``): not a request field.
+    values.pop("budget-s", None)
     if has_head is False:
         values["lambda"] = 1.0
     values["budget"] = config.budget if device_type is None else config.budget_for(device_type)

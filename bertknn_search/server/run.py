@@ -4,33 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import socket
 import sys
 import threading
-from pathlib import Path
 
 from bertknn_search.errors import BertKnnError, ConfigError
+from bertknn_search.server import discovery
 from bertknn_search.server.app import ServerSettings, create_app
 from bertknn_search.server.hosts import allowed_names, is_loopback, is_wildcard, normalise
 
 log = logging.getLogger("bertknn_search.server")
-
-
-def read_token(path: Path) -> str:
-    """The write token: the file's first line, which must not be empty.
-
-    Raises:
-        ConfigError: unreadable or empty.
-    """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read --token-file {path}: {exc}") from exc
-    token = lines[0].strip() if lines else ""
-    if not token:
-        raise ConfigError(f"--token-file {path} is empty; write the token on its first line")
-    return token
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -114,13 +99,22 @@ def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = Fa
         if batcher.error is not None:
             server.should_exit = True
         else:
+            # Once the model is loaded, not before: a query pointed here gets answers, not a wait.
+            if settings.config.backend == "embedded":  # an engine's index is no folder here
+                discovery.announce(settings.config.index, discovery.client_url(host, bound))
             log.info("ready: %s (page at /, API docs at /docs)", url)
 
     log.info("loading the model for %s; listening on %s", settings.config.index, url)
     threading.Thread(target=announce, name="announce", daemon=True).start()
     # uvicorn re-raises the Ctrl-C it handled once the shutdown is done: nothing is left to interrupt.
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run(sockets=[sock])
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[sock])
+    finally:
+        discovery.withdraw(settings.config.index)
+    # The interpreter's last garbage collection walks every object the model and the libraries made:
+    # seconds on a loaded CPU, once all is closed. Frozen objects are left to the process's exit.
+    gc.freeze()
     if batcher.error is not None:
         error = batcher.error
         if isinstance(error, BertKnnError):
@@ -132,6 +126,7 @@ def _log_to_stderr() -> None:
     logger = logging.getLogger("bertknn_search")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+        # A time on each line: the encoding lines say how fast, and when, the server encoded what.
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s: %(message)s", "%H:%M:%S"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
