@@ -39,6 +39,10 @@ class BackendError(BertKnnError):
     """The storage backend failed (disk full, cluster unreachable after retries, bulk rejected)."""
 
 
+class WordCollisionError(BertKnnError):
+    """Two different words of several wordpieces have the same key: refused rather than merged."""
+
+
 class LazyIndexError(BertKnnError):
     """An operation needs every context of the corpus, and a lazy index encodes them only on demand."""
 

@@ -24,6 +24,7 @@ from bertknn_search.eval.harness import available_models
 from bertknn_search.ingest.contexts import make_row_table
 from bertknn_search.records import ArticleHit, Neighbors, Question
 from bertknn_search.search import Scored, Searcher
+from bertknn_search.values import word_key
 
 CLOZE_KS = (1, 10)
 
@@ -116,11 +117,11 @@ def leave_out(
         nb.ends[rows],
         None if nb.vectors is None else nb.vectors[rows],
     )
-    return kept, dropped
+    return searcher.resolve_words(kept), dropped
 
 
 class Stored:
-    """Where each value is stored in an article, (value -> its sentences), read once per article."""
+    """Where each value (a word of several pieces: its key) is stored in an article, read once an article."""
 
     def __init__(self, searcher: Searcher) -> None:
         self.searcher = searcher
@@ -132,7 +133,10 @@ class Stored:
             texts = article_sentences(self.searcher.backend, article_id)
             table = make_row_table([texts], encoder, meta.mask_policy, meta.max_length)
             found: dict[int, set[int]] = {}
-            for value, sentence in zip(table.token_id.tolist(), table.sentence.tolist()):
+            for r, (value, sentence) in enumerate(zip(table.token_id.tolist(), table.sentence.tolist())):
+                if value < 0:  # the stored hash of a word of several pieces: compared by its key
+                    pos, span = int(table.position[r]), int(table.length[r])
+                    value = word_key(table.tokens[table.sentence_index[r]][pos : pos + span].tolist())
                 found.setdefault(value, set()).add(sentence)
             self.cache[article_id] = found
         return self.cache[article_id]

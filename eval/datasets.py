@@ -79,13 +79,23 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def text_field(row: dict[str, Any], name: str, where: str) -> str:
-    """``row[name]`` as a non-empty string, else an error naming the place (``file:line``)."""
+    """``row[name]`` as a non-empty string, else an error naming the place (``file:line``).
+
+    A number is refused: ``"obj_label": 5`` is a malformed line, not the answer "5".
+    """
+    value = row.get(name)
+    if not isinstance(value, str) or not value.strip():
+        got = "" if value is None else f" (got {type(value).__name__} {json.dumps(value)[:40]})"
+        raise InputFormatError(f"{where}: field {name!r} is missing or not a non-empty string{got}")
+    return value
+
+
+def id_field(row: dict[str, Any], name: str, where: str) -> str:
+    """``row[name]`` as an id: a non-empty string, or an integer written as one (numeric ids)."""
     value = row.get(name)
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # numeric ids
-    if not isinstance(value, str) or not value.strip():
-        raise InputFormatError(f"{where}: field {name!r} is missing or not a non-empty string")
-    return value
+        return str(value)
+    return text_field(row, name, where)
 
 
 def read_templates(path: Path) -> dict[str, str]:
@@ -96,7 +106,10 @@ def read_templates(path: Path) -> dict[str, str]:
         template = text_field(row, "template", where)
         if "[X]" not in template or "[Y]" not in template:
             raise InputFormatError(f"{where}: template {template!r} lacks [X] or [Y]")
-        templates[text_field(row, "relation", where)] = template
+        if MASK in template:
+            # Every fact of the relation would hold two [MASK]s: none could be asked.
+            raise InputFormatError(f"{where}: template {template!r} holds {MASK}; write the object as [Y]")
+        templates[id_field(row, "relation", where)] = template
     return templates
 
 
@@ -121,7 +134,7 @@ def _template_facts(path: Path, corpus: str, relation: str, template: str) -> li
         where = f"{path}:{lineno}"
         subject = text_field(row, "sub_label", where)
         obj = text_field(row, "obj_label", where)
-        uuid = text_field(row, "uuid", where)
+        uuid = id_field(row, "uuid", where)
         facts.append(Fact(corpus, relation, cloze(template, subject), (obj,), subject, uuid))
     return facts
 
@@ -142,7 +155,7 @@ def _sentence_facts(path: Path, corpus: str) -> list[Fact]:
             raise InputFormatError(f"{where}: field 'masked_sentences' must be a non-empty list of strings")
         if MASK not in sentences[0]:
             raise InputFormatError(f"{where}: masked sentence has no {MASK}")
-        uuid = text_field(row, "uuid" if "uuid" in row else "id", where)
+        uuid = id_field(row, "uuid" if "uuid" in row else "id", where)
         # No subject: the retriever queries with the question itself (method-facts, IR step).
         facts.append(Fact(corpus, corpus, sentences[0], (text_field(row, "obj_label", where),), None, uuid))
     return facts
@@ -312,8 +325,8 @@ def read_questions_jsonl(path: Path) -> list[Fact]:
         subject = row.get("subject")
         if subject is not None and not isinstance(subject, str):
             raise InputFormatError(f"{where}: field 'subject' must be a string")
-        relation = text_field(row, "relation", where) if "relation" in row else path.stem
-        uuid = text_field(row, "id", where) if "id" in row else str(lineno)
+        relation = id_field(row, "relation", where) if "relation" in row else path.stem
+        uuid = id_field(row, "id", where) if "id" in row else str(lineno)
         facts.append(Fact(path.stem, relation, question, tuple(answers), subject, uuid))
     return facts
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from bertknn_search.config import Config, flag_name
 from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
-from bertknn_search.eval.datasets import Fact
+from bertknn_search.eval.datasets import MASK, Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
 from bertknn_search.eval.report import write_report
 from bertknn_search.gates import SIGNALS, confidence, retrieves, threshold_for
@@ -33,7 +33,10 @@ RUN_FILE = "run.json"
 # Why a fact is not scored (besides metrics.NO_ARTICLE).
 NOT_ONE_TOKEN = "answer-not-one-token"
 NOT_IN_COMMON_VOCAB = "answer-not-in-common-vocab"
-BAD_QUESTION = "bad-question"
+SPECIAL_ANSWER = "answer-is-special-token"  # "[MASK]", "[CLS]"…: never listed, so never right
+BAD_QUESTION = "bad-question"  # several [MASK]s (3 SQuAD lines), or no text the model takes
+MASK_IN_SUBJECT = "mask-in-subject"  # a subject such as "[MASK] [MASK]": the cloze has several
+QUESTION_TOO_LONG = "question-too-long"  # longer than the model takes (a 3,000-word subject)
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,9 @@ def prepare(
 ) -> tuple[list[Prepared], list[tuple[Fact, str]]]:
     """Split facts into scorable ones and skipped ones (with the reason).
 
-    Answers are matched as values (token ids; a word's hash under a whole-word policy), so the
-    tokenizer's own normalisation (lowercasing and accent stripping for an uncased model) applies to
-    them exactly as to the model's output.
+    Answers are matched as values (token ids; a word's key under a whole-word policy, from its own
+    wordpieces), so the tokenizer's own normalisation (lowercasing and accent stripping for an uncased
+    model) applies to them exactly as to the model's output. Every fact left out has its reason.
     """
     ready, skipped = [], []
     for fact in facts:
@@ -108,13 +111,12 @@ def prepare(
         if ids[0] is None:
             # LAMA's rule: the main object must be one token; a whole-word index takes one word.
             reason = NOT_ONE_TOKEN
+        elif not is_word(ids[0]) and not searcher.answerable[ids[0]]:
+            reason = SPECIAL_ANSWER
         elif allowed is not None and ids[0] not in allowed:
             reason = NOT_IN_COMMON_VOCAB
         else:
-            try:
-                searcher.encoder.prepare(fact.question)
-            except QuestionError:
-                reason = BAD_QUESTION  # several [MASK]s (3 SQuAD lines) or too long for the model
+            reason = question_problem(searcher, fact)
         if reason:
             skipped.append((fact, reason))
         else:
@@ -122,6 +124,21 @@ def prepare(
             question = Question(fact.question, fact.subject, fact.popularity, fact.relation)
             ready.append(Prepared(fact, question, allowed_gold))
     return ready, skipped
+
+
+def question_problem(searcher: Searcher, fact: Fact) -> str | None:
+    """Why ``fact``'s question cannot be asked (a skip reason), or None when it can."""
+    if fact.subject and MASK.lower() in fact.subject.lower():
+        return MASK_IN_SUBJECT
+    try:
+        searcher.encoder.prepare(fact.question)
+    except QuestionError:
+        tok = searcher.encoder.tokenizer
+        text = fact.question.replace(MASK, tok.mask_token)
+        if fact.question.count(MASK) == 1 and len(tok(text)["input_ids"]) > searcher.encoder.max_length:
+            return QUESTION_TOO_LONG
+        return BAD_QUESTION
+    return None
 
 
 def batches(items: Sequence[Prepared], size: int) -> Iterator[Sequence[Prepared]]:
@@ -204,6 +221,11 @@ def evaluate(
     meta = {**run, "facts": len(facts), "no_article_wrong": no_article_wrong, "store": store}
     meta["datastore"] = datastore
     meta["unavailable_models"] = [m for m in MODELS if m not in models]
+    # Every fact left out of the averages, by reason (also per relation in the scores).
+    dropped: Counter[str] = Counter()
+    for s in scores.corpora:
+        dropped.update(s.skipped)
+    meta["dropped"] = dict(sorted(dropped.items()))
     if gates:
         lines = [done[f.key] for f in facts]
         meta["adaptive"] = adaptive_summary(lines, gates, config.gate, no_article_wrong)

@@ -6,8 +6,6 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from bertknn_search.errors import ConfigError
 
 MODELS = ("bert", "knn", "bert_knn")
@@ -159,6 +157,8 @@ def _relation_score(
     ks: Sequence[int],
     no_article_wrong: bool,
 ) -> Score:
+    import numpy as np  # here, not at the top: the CLI imports this module for MODELS at every start
+
     scored = [f for f in facts if _counts(f, no_article_wrong)]
     skipped = Counter(f.skipped for f in facts if f.skipped is not None and not _counts(f, no_article_wrong))
     precision = {}
@@ -181,6 +181,8 @@ def _relation_score(
 
 def _combine(name: str, corpus: str, members: list[Score], models: Sequence[str], ks: Sequence[int]) -> Score:
     """Unweighted mean over the member relations that have scored facts."""
+    import numpy as np
+
     with_facts = [s for s in members if s.scored]
     skipped: Counter[str] = Counter()
     for s in members:
@@ -212,6 +214,8 @@ def popularity_buckets(
     Returns:
         ``bins`` buckets, low to high; [] when no row has a popularity.
     """
+    import numpy as np
+
     rows = [r for r in rows if r.popularity is not None]
     if not rows:
         return []
@@ -242,6 +246,8 @@ def adaptive_thresholds(
     Returns:
         relation -> threshold in log space; relations without popularity are absent.
     """
+    import numpy as np
+
     by_relation: dict[str, list[FactResult]] = defaultdict(list)
     for row in dev:
         if row.popularity is not None and row.skipped is None:

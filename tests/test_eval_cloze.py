@@ -113,7 +113,10 @@ def test_reachable_means_the_value_is_stored_outside_the_sentence(
         for r in results[policy].results:
             t = r.target
             hits = [h.id for h in searcher.retrieve(Question(t.question, t.title))]
-            every = searcher.backend.knn(np.zeros(searcher.encoder.dim, np.float32), 10_000, hits)
+            # Keyed as the searcher keys them: a word of several pieces by its own pieces.
+            every = searcher.resolve_words(
+                searcher.backend.knn(np.zeros(searcher.encoder.dim, np.float32), 10_000, hits)
+            )
             elsewhere = any(
                 int(every.token_ids[i]) == r.value
                 and (every.article_ids[i], int(every.sentence_ids[i])) != (t.article_id, t.sentence_id)

@@ -7,6 +7,7 @@ What a question sees is what it would see on a writable copy of the index.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,9 +21,17 @@ from bertknn_search.records import Coverage, EncodedArticle, IndexStats, Neighbo
 if TYPE_CHECKING:
     from bertknn_search.backends.base import Store
 
-# Contexts held at most (vectors as float32): beyond it the least recently encoded articles are dropped
-# and encoded again when next needed.
+# Bytes held at most, everything counted (vectors as float32, the other columns, row numbers, the
+# sentences and ids as Python strings, each object's header): beyond it the least recently encoded
+# articles are dropped and encoded again when next needed.
 MAX_BYTES = 1 << 30
+# What an article costs besides its arrays and strings: its _Held, its lists, its OrderedDict entry.
+ARTICLE_OVERHEAD = 512
+
+
+def _array_bytes(array: np.ndarray) -> int:
+    """What an array that owns its data takes: its data and its header."""
+    return sys.getsizeof(array) if array.base is None else array.nbytes + sys.getsizeof(np.empty(0))
 
 
 @dataclass
@@ -32,14 +41,24 @@ class _Held:
     sentences: list[str]
     rows: list[np.ndarray] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list)
+    nbytes: int = 0  # every byte this article holds here (``MAX_BYTES``), kept as parts are added
+
+    @classmethod
+    def of(cls, article_id: str, fingerprint: str, total: int, sentences: list[str]) -> _Held:
+        held = cls(fingerprint, total, sentences)
+        texts = [article_id, fingerprint, *sentences]
+        held.nbytes = ARTICLE_OVERHEAD + sys.getsizeof(sentences) + sum(sys.getsizeof(t) for t in texts)
+        return held
+
+    def add(self, rows: np.ndarray, block: Block) -> None:
+        self.rows.append(rows)
+        self.blocks.append(block)
+        arrays = [rows, *block.values()]
+        self.nbytes += sys.getsizeof(block) + 2 * 8 + sum(_array_bytes(a) for a in arrays)  # + list slots
 
     @property
     def done(self) -> np.ndarray:
         return np.concatenate(self.rows) if self.rows else np.zeros(0, np.int64)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b["vectors"].nbytes for b in self.blocks)
 
 
 class MemoryParts:
@@ -50,6 +69,12 @@ class MemoryParts:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._bytes = 0  # the sum of the held articles' nbytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the contexts encoded here hold, all counted (at most ``MAX_BYTES`` but for one article)."""
+        return self._bytes
 
     def unencoded(self, article_ids: Sequence[str]) -> list[PendingArticle]:
         out = []
@@ -68,25 +93,36 @@ class MemoryParts:
             block = item.contexts
             if block is None:
                 continue
-            rows = np.arange(len(block)) if item.rows is None else np.asarray(item.rows)
-            held = self._held.get(item.article.id)
+            # Copies: a view would keep the whole batch it was cut from alive, uncounted.
+            rows = np.arange(len(block)) if item.rows is None else np.array(item.rows)
+            aid = item.article.id
+            held = self._held.get(aid)
             if held is None or held.fingerprint != item.fingerprint:
-                held = _Held(item.fingerprint, item.total or len(block), list(block.sentences))
-                self._held[item.article.id] = held
-            held.rows.append(rows)
-            held.blocks.append(
+                self._drop(aid)
+                held = _Held.of(aid, item.fingerprint, item.total or len(block), list(block.sentences))
+                self._held[aid] = held
+                self._bytes += held.nbytes
+            before = held.nbytes
+            held.add(
+                rows,
                 {
                     "vectors": block.vectors.astype(np.float32),
-                    "token_ids": block.token_ids,
-                    "sentence_ids": block.sentence_ids,
-                    "starts": block.starts,
-                    "ends": block.ends,
-                }
+                    "token_ids": np.array(block.token_ids),
+                    "sentence_ids": np.array(block.sentence_ids),
+                    "starts": np.array(block.starts),
+                    "ends": np.array(block.ends),
+                },
             )
-            self._held.move_to_end(item.article.id)
-        while len(self._held) > 1 and sum(h.nbytes for h in self._held.values()) > MAX_BYTES:
-            self._held.popitem(last=False)
+            self._bytes += held.nbytes - before
+            self._held.move_to_end(aid)
+        while len(self._held) > 1 and self._bytes > MAX_BYTES:
+            self._drop(next(iter(self._held)))
         return len(items)
+
+    def _drop(self, article_id: str) -> None:
+        held = self._held.pop(article_id, None)
+        if held is not None:
+            self._bytes -= held.nbytes
 
     def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
         out = self.store.coverage(article_ids)
