@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import settings_file_values
-from bertknn_search.records import Answer, GateDecision, IndexStats, Prediction, SplitWord
+from bertknn_search.records import (
+    Answer,
+    EvidenceSentence,
+    GateDecision,
+    IndexStats,
+    Prediction,
+    SplitWord,
+    WordEvidence,
+)
 
 
 def to_json(record: Any) -> str:
@@ -72,6 +80,8 @@ def render_answer(answer: Answer, top: int) -> str:
         if not any(cells):
             break
         lines.append(f"{i + 1:>3}  " + "".join(f"{c:<24}" for c in cells))
+    if answer.confidence is not None:
+        lines.append(render_confidence(answer))
     if answer.split_words:
         lines.append(render_split_words(answer.split_words))
     shown = [r[:top] for r in (answer.bert_knn, answer.knn)]
@@ -81,10 +91,33 @@ def render_answer(answer: Answer, top: int) -> str:
         lines.append(f"whole words of several wordpieces: {listed}")
     for ev in answer.evidence:
         lines.append(f"evidence for {ev.word!r}:")
-        for s in ev.sentences:
-            marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
-            lines.append(f"  - {printable(marked)}  ({printable(s.title)}, d²={s.distance:.2f})")
+        lines.extend(_evidence_lines(ev.sentences))
+    for chosen in answer.evidence_for:
+        lines.append(render_word_evidence(chosen, answer.n_neighbors))
+        lines.extend(_evidence_lines(chosen.sentences))
     return "\n".join(line for line in lines if line)
+
+
+def _evidence_lines(sentences: Sequence[EvidenceSentence]) -> list[str]:
+    out = []
+    for s in sentences:
+        marked = f"{s.sentence[: s.start]}[{s.sentence[s.start : s.end]}]{s.sentence[s.end :]}"
+        out.append(f"  - {printable(marked)}  ({printable(s.title)}, d²={s.distance:.2f})")
+    return out
+
+
+def render_word_evidence(chosen: WordEvidence, neighbors: int) -> str:
+    """The line over the sentences of a word asked about (``--evidence-for``), or why there are none."""
+    word = repr(printable(chosen.word))
+    if not chosen.answerable:
+        return (
+            f"evidence for {word}: none; it cannot be an answer on this index (an answer is one wordpiece"
+            " of the model's vocabulary, or one whole word on a whole-word index)"
+        )
+    if not chosen.votes:
+        return f"evidence for {word}: none; no neighbour of the {neighbors:,} holds it"
+    verb = "holds" if chosen.votes == 1 else "hold"
+    return f"evidence for {word} ({chosen.votes:,} of the {neighbors:,} neighbours {verb} it):"
 
 
 def render_closest_titles(subject: str, titles: list[str]) -> str:
@@ -114,10 +147,29 @@ def render_coverage(answer: Answer) -> str:
         for aid, c in answer.coverage.items()
         if not c.complete
     ]
+    # More contexts change an answer, mostly for the better on LAMA but not always (Lincoln's right
+    # partial answer became a wrong exact one; docs/evaluation.md#confidence): no promise either way.
     return (
-        f"partial answer: contexts encoded so far of {', '.join(parts)}; asking again encodes more"
-        " (--exact: all first; warm: ahead of time)"
+        f"partial answer: contexts encoded so far of {', '.join(parts)}, the lead first; asking again or"
+        " --exact sees more of them, which may change the answer, though not always for the better"
     )
+
+
+def render_confidence(answer: Answer) -> str:
+    """One line: the answer's confidence band and what its score counts; a low one says how to read it."""
+    conf = answer.confidence
+    if conf is None:
+        return ""
+    if answer.n_neighbors and answer.bert_knn:
+        votes = round(conf.score * answer.n_neighbors)
+        verb = "holds" if votes == 1 else "hold"
+        what = f"{votes:,} of {answer.n_neighbors:,} neighbours {verb} {printable(answer.bert_knn[0].word)!r}"
+    else:
+        what = "BERT's top-1 probability; no neighbours"
+    line = f"confidence: {conf.level} ({conf.score:.2f}: {what})"
+    if conf.level == "low":
+        line += "; a low-confidence answer is mostly wrong: weigh the other answers and the evidence"
+    return line
 
 
 # The BERT column of a model without an MLM head: marked, never a ranking from a random head.
