@@ -1,5 +1,8 @@
 """Evidence: the stored sentences shown for an answer, nearest first or chosen by information gain.
 
+The top answers get theirs; a question may also name words (``Question.evidence_for``) to get the
+sentences that voted for them, wherever they rank.
+
 Banerjee et al. (2019, OpenBookQA) re-rank retrieved knowledge by information gain: each pick is the
 candidate with the highest relevance minus redundancy, the redundancy growing with its highest cosine
 similarity to what was already picked, so that a sentence repeated across articles does not crowd out
@@ -14,13 +17,14 @@ all and is never shown twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from bertknn_search.backends.base import Backend
 from bertknn_search.errors import QuestionError
 from bertknn_search.knn import knn_logits
-from bertknn_search.records import Answer, Evidence, EvidenceSentence, Neighbors
+from bertknn_search.records import Answer, Evidence, EvidenceSentence, Neighbors, WordEvidence
 
 EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown
 EVIDENCE_SENTENCES = 3
@@ -69,54 +73,75 @@ def with_evidence(
     nb: Neighbors,
     backend: Backend,
     *,
+    chosen: Sequence[tuple[str, int | None]] = (),
     mode: str = "diverse",
     temperature: float = 6.0,
     squared: bool = True,
     reencode: Reencode | None = None,
 ) -> Answer:
-    """Attach, for each top answer, stored sentences whose masked word was that answer.
+    """Attach, for each top answer and each chosen word, stored sentences whose masked word was it.
 
     Args:
         answer: the answer without evidence.
         nb: the question's neighbours.
         backend: reads the sentences and titles.
+        chosen: words asked about (``query --evidence-for``) and their values in this index (None: the
+            word cannot be an answer here); they go to ``answer.evidence_for``, in order.
         mode: "nearest": the nearest neighbours of each answer; "diverse": chosen by information gain
             among all of the answer's neighbours (needs their vectors: ``nb.vectors``, else ``reencode``).
         temperature, squared: the kNN weight's l and distance, as for p_kNN.
         reencode: computes keys from sentences when ``nb.vectors`` is None.
     """
-    picks: list[tuple[str, list[int]]] = []
+    top: list[tuple[str, list[int]]] = []
     for pred in answer.bert_knn[:EVIDENCE_ANSWERS]:
-        rows = np.flatnonzero(nb.token_ids == pred.token_id)
-        if rows.size:
-            picks.append((pred.word, rows.tolist()))
-    if not picks:
-        return answer
+        rows = _rows(nb, pred.token_id)
+        if rows:
+            top.append((pred.word, rows))
+    asked = [(word, _rows(nb, value)) for word, value in chosen]
+    # One pass over both: a sentence is read, and a key encoded again, once.
+    groups = top + [(word, rows) for word, rows in asked if rows]
+    if not groups:
+        return replace(answer, evidence_for=_chosen(chosen, asked, {})) if chosen else answer
     if mode == "diverse":
-        picks = _diverse(picks, nb, backend, temperature, squared, reencode)
+        groups = _diverse(groups, nb, backend, temperature, squared, reencode)
     else:
-        picks = [(word, rows[:EVIDENCE_SENTENCES]) for word, rows in picks]
-    wanted = list(dict.fromkeys(r for _, rows in picks for r in rows))
+        groups = [(word, rows[:EVIDENCE_SENTENCES]) for word, rows in groups]
+    wanted = list(dict.fromkeys(r for _, rows in groups for r in rows))
     texts = dict(zip(wanted, _sentences(backend, nb, wanted)))
     titles = backend.titles([nb.article_ids[r] for r in wanted])
-    evidence = [
-        Evidence(
-            word,
-            [
-                EvidenceSentence(
-                    article_id=nb.article_ids[r],
-                    title=titles.get(nb.article_ids[r], ""),
-                    sentence=texts[r],
-                    start=int(nb.starts[r]),
-                    end=int(nb.ends[r]),
-                    distance=float(nb.distances[r]),
-                )
-                for r in rows
-            ],
-        )
-        for word, rows in picks
+    found = [
+        [
+            EvidenceSentence(
+                article_id=nb.article_ids[r],
+                title=titles.get(nb.article_ids[r], ""),
+                sentence=texts[r],
+                start=int(nb.starts[r]),
+                end=int(nb.ends[r]),
+                distance=float(nb.distances[r]),
+            )
+            for r in rows
+        ]
+        for _, rows in groups
     ]
-    return Answer(**{**answer.__dict__, "evidence": evidence})
+    evidence = [Evidence(word, sentences) for (word, _), sentences in zip(top, found)]
+    picked = dict(zip((word for word, rows in asked if rows), found[len(top) :]))
+    return replace(answer, evidence=evidence, evidence_for=_chosen(chosen, asked, picked))
+
+
+def _rows(nb: Neighbors, value: int | None) -> list[int]:
+    """The neighbours whose masked word is ``value``, nearest first."""
+    return [] if value is None else np.flatnonzero(nb.token_ids == value).tolist()
+
+
+def _chosen(
+    chosen: Sequence[tuple[str, int | None]],
+    asked: Sequence[tuple[str, list[int]]],
+    picked: dict[str, list[EvidenceSentence]],
+) -> list[WordEvidence]:
+    return [
+        WordEvidence(word, picked.get(word, []), len(rows), value is not None)
+        for (word, value), (_, rows) in zip(chosen, asked)
+    ]
 
 
 def _sentences(backend: Backend, nb: Neighbors, rows: Sequence[int]) -> list[str]:

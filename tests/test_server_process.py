@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from bertknn_search.backends import open_backend
 from bertknn_search.cli import main
 from bertknn_search.config import Config
-from bertknn_search.demo import FILLER, Fact
+from bertknn_search.demo import FILLER, Fact, person_text
 from tests.conftest import long_article_index
 
 pytestmark = pytest.mark.slow
@@ -140,11 +140,12 @@ def test_query_server_prints_what_query_prints(
     questions = "".join(f"{f.person.title()} was born in [MASK].\t{f.person.title()}\n" for f in facts[:4])
     path = tmp_path / "questions.txt"
     path.write_text(questions, encoding="utf-8")
-    for fmt in (["--json"], []):
+    for fmt in (["--json"], [], ["--evidence-for", f"{facts[0].job},xyzzq"]):
         here = cli("query", "--index", built_index.index, "--temperature", 1, "--file", path, *fmt)
         there = cli("query", "--server", live.url, "--file", path, *fmt)
         assert here.exit_code == 0 and there.exit_code == 0, there.output
-        assert there.output == here.output
+        assert there.stdout == here.stdout  # stderr here says that the server serves this index
+    assert f"evidence for '{facts[0].job}' (" in there.output and "evidence for 'xyzzq': none" in there.output
     lines = cli("query", "--server", live.url, "--file", path, "--json").output.splitlines()
     answers = [json.loads(line) for line in lines]
     assert [a["bert_knn"][0]["word"] for a in answers] == [f.city for f in facts[:4]]
@@ -303,11 +304,69 @@ def test_the_page_answers_a_question_in_chromium(live: Served, facts: list[Fact]
         driver.find_element(By.ID, "insert-mask").click()
         question.send_keys(".")
         assert question.get_attribute("value") == f"{person} was born in [MASK]."
+        # Pressed again, the button never makes a second [MASK]: on it, nothing changes; elsewhere it moves.
+        driver.execute_script("arguments[0].setSelectionRange(20, 20)", question)
+        driver.find_element(By.ID, "insert-mask").click()
+        assert question.get_attribute("value") == f"{person} was born in [MASK]."
+        driver.execute_script("arguments[0].setSelectionRange(0, 0)", question)
+        driver.find_element(By.ID, "insert-mask").click()
+        assert question.get_attribute("value") == f"[MASK]{person} was born in."
+        question.clear()
+        question.send_keys(f"{person} was born in [MASK].")
+        # The help line says what an answer is on this index (single-wordpiece here; whole words elsewhere).
+        WebDriverWait(driver, 30).until(lambda d: "wordpiece" in d.find_element(By.ID, "answer-kind").text)
+        assert driver.find_element(By.ID, "answer-kind").text == (
+            "The answer is one word of the model's vocabulary (a single wordpiece)."
+        )
+        whole = driver.execute_script("return answerKindOf(arguments[0])", "whole-word-no-stopwords")
+        assert whole.startswith("a whole word")
         driver.find_element(By.ID, "subject").send_keys(person)
         driver.find_element(By.ID, "ask").click()
         WebDriverWait(driver, 60).until(seen.visibility_of_element_located((By.ID, "result")))
         top = driver.find_element(By.CSS_SELECTOR, '.ranking[data-model="bert_knn"] li .word')
         assert top.text == fact.city
+        # Bars are scaled to their column's top answer: the first is full, the others show the differences.
+        for model in ("bert_knn", "bert", "knn"):
+            widths = driver.execute_script(
+                "return [...arguments[0]].map((f) => parseFloat(f.style.width))",
+                driver.find_elements(By.CSS_SELECTOR, f'.ranking[data-model="{model}"] .fill'),
+            )
+            assert widths[0] == 100.0 and widths == sorted(widths, reverse=True), (model, widths)
+            assert len(set(widths)) > 3, (model, widths)
+        # A word outside the top three's evidence (the person's job, ranked by kNN) shows its sentences.
+        shown = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#evidence h4")]
+        assert fact.job not in shown
+        assert not driver.find_element(By.ID, "chosen-evidence").is_displayed()
+        driver.find_element(
+            By.CSS_SELECTOR, f'.ranking[data-model="knn"] button[data-word="{fact.job}"]'
+        ).click()
+        WebDriverWait(driver, 60).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "#chosen-evidence .sentence mark")
+        )
+        chosen = driver.find_element(By.ID, "chosen-evidence")
+        assert chosen.find_element(By.TAG_NAME, "h4").text.startswith(
+            f"Sentences that voted for “{fact.job}” ("
+        )
+        assert {m.text for m in chosen.find_elements(By.CSS_SELECTOR, ".sentence mark")} == {fact.job}
+        pressed = driver.find_elements(By.CSS_SELECTOR, 'button.word[aria-pressed="true"]')
+        assert {b.text for b in pressed} == {fact.job}
+        # A word of the BERT column that no neighbour holds says so; a top answer's comes from the answer.
+        # The article searched holds every neighbour (k is more than its contexts): a word not in it has none.
+        held = set(re.findall(r"\w+|[^\w\s]", person_text(fact).lower()))
+        bert = driver.find_elements(By.CSS_SELECTOR, '.ranking[data-model="bert"] button.word')
+        lone = next(b for b in bert if b.text not in held)
+        word = lone.text
+        lone.click()
+        WebDriverWait(driver, 60).until(
+            lambda d: "None: no neighbour" in d.find_element(By.ID, "chosen-evidence").text
+        )
+        assert driver.find_element(By.ID, "chosen-evidence").text.startswith(
+            f"Sentences that voted for “{word}”"
+        )
+        driver.find_element(By.CSS_SELECTOR, '.ranking[data-model="bert_knn"] button.word').click()
+        WebDriverWait(driver, 60).until(
+            lambda d: d.find_element(By.CSS_SELECTOR, "#chosen-evidence h4").text.endswith(f"“{fact.city}”")
+        )
         assert driver.find_element(By.ID, "articles").text.startswith(f"Articles searched: {person}")
         marks = driver.find_elements(By.CSS_SELECTOR, "#evidence .sentence mark")
         first = marks[0].find_element(By.XPATH, "..")
@@ -392,6 +451,64 @@ def test_a_link_asks_its_question_and_asking_makes_a_link_in_chromium(
         )
         footer = driver.find_element(By.ID, "index-info").text
         assert footer.startswith("20 articles · ") and "contexts" in footer and "lazy" not in footer  # eager
+        # Each answer's confidence is shown next to it, "low" muted with what it means; none: no badge.
+        badge = driver.find_element(By.ID, "confidence")
+        assert not badge.is_displayed()
+        driver.execute_script(
+            "draw(arguments[0])", {**no_head, "confidence": {"level": "low", "score": 0.12}}
+        )
+        assert (
+            badge.is_displayed() and badge.text == "low confidence" and "low" in badge.get_attribute("class")
+        )
+        assert badge.get_attribute("title").startswith("low: answers in this band were right rarely")
+        driver.execute_script(
+            "draw(arguments[0])", {**no_head, "confidence": {"level": "high", "score": 0.9}}
+        )
+        assert badge.text == "high confidence" and "low" not in badge.get_attribute("class")
+        driver.execute_script("draw(arguments[0])", no_head)
+        assert not badge.is_displayed()
+
+
+def test_the_page_completes_a_partial_answer_with_live_counts_in_chromium(
+    base_config: Config, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as seen
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    chromium()  # skip before building anything
+    config = long_article_index(base_config, tmp_path / "lazy", paragraphs=6, seed=3)
+    served = serve(config.index, "--temperature", "1", "--budget", "64")
+    try:
+        with headless_chromium() as driver:
+            driver.get(served.url + "/")
+            footer = driver.find_element(By.ID, "index-info")
+            WebDriverWait(driver, 60).until(lambda d: "lazy index: 0 contexts" in footer.text)
+            driver.find_element(By.ID, "question").send_keys("The river is near the [MASK].")
+            driver.find_element(By.ID, "subject").send_keys("Long Town")
+            driver.find_element(By.ID, "ask").click()
+            WebDriverWait(driver, 120).until(seen.visibility_of_element_located((By.ID, "result")))
+            coverage, first, lines = driver.find_element(By.ID, "coverage"), footer.text, set()
+            during = set()  # the footer's texts while the answer was partial
+            # The page asks again until the article is whole; the coverage line and the footer move meanwhile.
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                if coverage.is_displayed():
+                    lines.add(coverage.text)
+                    during.add(footer.text)
+                elif lines and "contexts encoded" in footer.text and " of ~" in footer.text:
+                    counts = re.search(r"([\d,]+) of ~([\d,]+) contexts", footer.text)
+                    if counts and counts.group(1) == counts.group(2):
+                        break
+                time.sleep(0.2)
+            counts = re.search(r"([\d,]+) of ~([\d,]+) contexts", footer.text)
+            assert counts and counts.group(1) == counts.group(2), footer.text
+            assert during - {first}, (first, during)  # counts that moved while the answer was partial
+            assert lines and all("Partial answer" in line for line in lines), lines
+            assert any("Encoding more" in line for line in lines), lines
+            assert not coverage.is_displayed(), "the page stopped before the article was whole"
+    finally:
+        served.stop()
 
 
 def test_sigterm_during_a_cold_encode_stops_within_seconds_and_keeps_whole_parts(

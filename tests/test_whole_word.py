@@ -233,6 +233,16 @@ def test_a_phrase_or_unknown_word_has_no_value(searchers: dict[str, Searcher]) -
     assert searchers["single"].value("Quentons") is None
 
 
+def test_evidence_for_a_word_of_several_wordpieces(searchers: dict[str, Searcher], facts: list[Fact]) -> None:
+    f = facts[0]
+    asked = Question(f"{f.person.title()} was born in [MASK].", f.person.title(), evidence_for=(town(f),))
+    whole = searchers["whole"].answer(asked).evidence_for[0]
+    assert whole.answerable and whole.votes >= 2 and whole.sentences  # born in, and many people in
+    assert all(s.sentence[s.start : s.end] == town(f) for s in whole.sentences)
+    single = searchers["single"].answer(asked).evidence_for[0]
+    assert (single.answerable, single.votes, single.sentences) == (False, 0, [])
+
+
 @pytest.mark.opensearch
 def test_whole_word_answers_alike_on_both_backends(
     searchers: dict[str, Searcher],

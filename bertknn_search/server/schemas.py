@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bertknn_search.config import Config, thresholds_from_json
+from bertknn_search.evidence_words import MAX_EVIDENCE_FOR, MAX_EVIDENCE_WORD
+from bertknn_search.server.wire import MAX_QUESTIONS
 
 # Bounds: a request may not make the server do unbounded work or hold unbounded memory. These hold for
 # every request; a request without a lifting token is held to the lower ``limits.RequestLimits``.
-MAX_QUESTIONS = 1024  # per request; more are sent in several requests (query --server does)
 MAX_QUESTION_CHARS = 10_000  # far past any model's limit; longer is refused before tokenising
 MAX_ARTICLES = 10_000  # per add request; the body limit usually binds first
 
@@ -23,11 +24,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False, strict=True)
 
 
+EvidenceWords = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=MAX_EVIDENCE_WORD)]] | None,
+    Field(
+        None,
+        max_length=MAX_EVIDENCE_FOR,
+        description="Words whose neighbours' sentences the answer shows (its 'evidence_for'), whether or"
+        " not they rank among the top answers.",
+    ),
+]
+
+
 class QuestionIn(Strict):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="With one [MASK].")
     subject: str | None = Field(None, max_length=1000, description="The fact's subject, if any.")
     popularity: float | None = Field(None, ge=0.0, description="Subject page views (gate).")
     relation: str | None = Field(None, max_length=200, description="Relation (gate threshold).")
+    evidence_for: EvidenceWords = None
 
 
 METHOD_FIELDS = (
@@ -86,19 +99,23 @@ class QueryRequest(MethodOverrides):
     question: str | None = Field(None, min_length=1, max_length=MAX_QUESTION_CHARS)
     subject: str | None = Field(None, max_length=1000)
     questions: list[QuestionIn] | None = Field(None, min_length=1, max_length=MAX_QUESTIONS)
+    evidence_for: EvidenceWords = None
 
     @model_validator(mode="after")
     def _one_form(self) -> QueryRequest:
         if (self.question is None) == (self.questions is None):
             raise ValueError("give either 'question' (with an optional 'subject') or 'questions', not both")
-        if self.questions is not None and self.subject is not None:
-            raise ValueError("'subject' goes inside each item of 'questions'")
+        for name in ("subject", "evidence_for"):
+            if self.questions is not None and getattr(self, name) is not None:
+                raise ValueError(f"'{name}' goes inside each item of 'questions'")
         return self
 
     def items(self) -> list[QuestionIn]:
         if self.questions is not None:
             return self.questions
-        return [QuestionIn(question=self.question or "", subject=self.subject)]
+        return [
+            QuestionIn(question=self.question or "", subject=self.subject, evidence_for=self.evidence_for)
+        ]
 
 
 class ArticleIn(Strict):

@@ -21,6 +21,12 @@ function percent(p) {
   return p >= 0.0995 ? (100 * p).toFixed(0) + "%" : (100 * p).toFixed(1) + "%";
 }
 
+// A bar's length is the probability relative to the column's top answer: on a flat distribution every
+// probability is a few percent at most, and bars of 100 * p would all look alike (issue 35).
+function barWidth(prob, top) {
+  return top > 0 ? Math.max(0.5, (100 * prob) / top) : 0.5;
+}
+
 function drawRanking(box, predictions) {
   const list = box.querySelector("ol");
   list.replaceChildren();
@@ -28,15 +34,21 @@ function drawRanking(box, predictions) {
     list.append(el("li", "none", "n/a: the model has no masked-LM head"));
     return;
   }
-  predictions.slice(0, 10).forEach((pred, i) => {
+  const shown = predictions.slice(0, 10);
+  const top = Math.max(0, ...shown.map((pred) => pred.prob));
+  shown.forEach((pred, i) => {
     const item = el("li");
-    const word = el("span", "word", pred.word);
+    const word = el("button", "word", pred.word);
+    word.type = "button";
+    word.dataset.word = pred.word;
+    word.setAttribute("aria-pressed", String(pred.word === chosen));
+    word.addEventListener("click", () => showEvidenceFor(pred.word));
     // A word of several wordpieces (a whole-word index) shows them: it is one answer, not a guess of pieces.
     if (pred.pieces && pred.pieces.length) word.title = pred.pieces.join(" ");
     item.append(el("span", "rank", String(i + 1)), word);
     const bar = el("span", "bar");
     const fill = el("span", "fill");
-    fill.style.width = Math.max(0.5, 100 * pred.prob).toFixed(1) + "%";
+    fill.style.width = barWidth(pred.prob, top).toFixed(1) + "%";
     bar.append(fill);
     item.append(bar, el("span", "prob", percent(pred.prob)));
     list.append(item);
@@ -68,28 +80,89 @@ function splitSpan(text, start, end) {
   return [points.slice(0, start), points.slice(start, end), points.slice(end)].map((p) => p.join(""));
 }
 
+function sentenceList(sentences) {
+  const list = el("ul");
+  for (const s of sentences) {
+    const item = el("li", "sentence");
+    // The span [start, end) is the answer's word inside the stored sentence, in code points.
+    const [before, word, after] = splitSpan(s.sentence, s.start, s.end);
+    item.append(before, el("mark", "", word), after);
+    item.append(el("span", "source", ` — ${s.title}, d² ${s.distance.toFixed(2)}`));
+    list.append(item);
+  }
+  return list;
+}
+
 function drawEvidence(answer) {
   const box = $("evidence");
   box.replaceChildren();
   if (!answer.evidence.length) box.append(el("p", "none", "No stored sentence voted for the top answers."));
   for (const ev of answer.evidence) {
     const group = el("div", "evidence-group");
-    group.append(el("h4", "", ev.word));
-    const list = el("ul");
-    for (const s of ev.sentences) {
-      const item = el("li", "sentence");
-      // The span [start, end) is the answer's word inside the stored sentence, in code points.
-      const [before, word, after] = splitSpan(s.sentence, s.start, s.end);
-      item.append(before, el("mark", "", word), after);
-      item.append(el("span", "source", ` — ${s.title}, d² ${s.distance.toFixed(2)}`));
-      list.append(item);
-    }
-    group.append(list);
+    group.append(el("h4", "", ev.word), sentenceList(ev.sentences));
     box.append(group);
   }
 }
 
-function drawCoverage(answer) {
+// -- evidence for a clicked word ------------------------------------------------------------------
+let chosen = null; // the word whose sentences are shown, or null
+let current = { body: null, answer: null }; // the question on screen, as asked, and its latest answer
+
+// What the answer already says about ``word``: its evidence_for entry, or a top answer's evidence.
+function knownEvidence(answer, word) {
+  const asked = (answer.evidence_for || []).find((e) => e.word === word);
+  if (asked) return asked;
+  const top = (answer.evidence || []).find((e) => e.word === word);
+  return top ? { word, sentences: top.sentences, votes: null, answerable: true } : null;
+}
+
+function drawChosen(answer) {
+  const box = $("chosen-evidence");
+  box.hidden = chosen === null;
+  if (chosen === null) return;
+  const known = answer ? knownEvidence(answer, chosen) : null;
+  const head = el("h4", "", `Sentences that voted for “${chosen}”`);
+  box.replaceChildren(head);
+  if (known === null) {
+    box.append(el("p", "hint", current.body ? "Looking for them…" : "Not known for this answer."));
+  } else if (!known.answerable) {
+    const why = `None: it cannot be an answer on this index (an answer is ${answerKind}).`;
+    box.append(el("p", "hint", why));
+  } else if (!known.sentences.length) {
+    box.append(el("p", "hint", `None: no neighbour of the ${answer.n_neighbors} holds it.`));
+  } else {
+    if (known.votes !== null) head.textContent += ` (${known.votes} of the ${answer.n_neighbors} neighbours)`;
+    box.append(sentenceList(known.sentences));
+  }
+}
+
+// The sentences behind any word of the three columns: from the answer when it has them, else asked for.
+async function showEvidenceFor(word) {
+  chosen = word;
+  for (const button of document.querySelectorAll(".ranking button.word")) {
+    button.setAttribute("aria-pressed", String(button.dataset.word === word));
+  }
+  drawChosen(current.answer);
+  if (!current.body || (current.answer && knownEvidence(current.answer, word))) return;
+  const mine = asking;
+  try {
+    const [reply, data] = await post(withChosen(current.body));
+    if (mine !== asking || chosen !== word) return;
+    if (!reply.ok) {
+      setStatus(data.detail || `The server answered ${reply.status}.`, true);
+      return;
+    }
+    draw(data.answers[0]);
+  } catch (err) {
+    setStatus(`Cannot reach the server: ${err.message}`, true);
+  }
+}
+
+function withChosen(body) {
+  return chosen === null ? body : { ...body, evidence_for: [chosen] };
+}
+
+function drawCoverage(answer, updating) {
   // A lazy index answers a cold question over the contexts most like it first, and says how many.
   const box = $("coverage");
   const titles = Object.fromEntries(answer.articles.map((a) => [a.id, a.title]));
@@ -100,8 +173,30 @@ function drawCoverage(answer) {
       partial
         .map(([id, c]) => `${titles[id] || id} ${c.encoded.toLocaleString()} of ${c.total.toLocaleString()}`)
         .join(", ") +
-      ". The answer is updated as more are encoded."
+      (updating
+        ? ". Encoding more: the answer is updated as they come."
+        : ". Ask again to encode more.")
     : "";
+}
+
+// -- confidence -----------------------------------------------------------------------------------
+// What each band means, in short; the measurements are in docs/evaluation.md (Confidence).
+const CONFIDENCE = {
+  high: "high: answers in this band were right most often",
+  medium: "medium: answers in this band were right about as often as wrong",
+  low: "low: answers in this band were right rarely; weigh the other answers and the evidence",
+};
+
+function drawConfidence(answer) {
+  // Absent from an older server's answers: then there is nothing to show.
+  const badge = $("confidence");
+  const c = answer.confidence;
+  badge.hidden = !c || !CONFIDENCE[c.level];
+  if (badge.hidden) return;
+  badge.className = `confidence ${c.level}`;
+  badge.textContent = `${c.level} confidence`;
+  const score = typeof c.score === "number" ? ` (score ${c.score.toFixed(2)})` : "";
+  badge.title = CONFIDENCE[c.level] + score + " (docs/evaluation.md, Confidence)";
 }
 
 function drawSplitWords(answer) {
@@ -117,19 +212,30 @@ function drawSplitWords(answer) {
       (words.length === 1 ? "it cannot be one." : "none of them can be.");
 }
 
-function draw(answer) {
+function draw(answer, updating = false) {
+  current.answer = answer;
   $("asked").textContent = answer.question + (answer.subject ? `  (subject: ${answer.subject})` : "");
   drawArticles(answer);
-  drawCoverage(answer);
+  drawCoverage(answer, updating);
   drawSplitWords(answer);
+  drawConfidence(answer);
   for (const box of document.querySelectorAll(".ranking")) drawRanking(box, answer[box.dataset.model]);
+  drawChosen(answer);
   drawEvidence(answer);
   $("result").hidden = false;
 }
 
-// Asking again encodes more of a partly encoded article; a newer question stops the updates.
-const MAX_UPDATES = 30;
+// Asking again encodes more of a partly encoded article, until it is whole or stops growing; a newer
+// question stops the updates. The footer's counts are read again meanwhile, so that both move.
+const UPDATE_MS = 500;
+const MAX_UPDATES = 2000;
+const MAX_STALLED = 5; // rounds in a row that encoded nothing: another client's work, or a stuck server
+const STATS_MS = 1000;
 let asking = 0;
+
+function encoded(answer) {
+  return Object.values(answer.coverage || {}).reduce((sum, c) => sum + c.encoded, 0);
+}
 
 async function post(body) {
   const reply = await fetch("/query", {
@@ -140,16 +246,43 @@ async function post(body) {
   return [reply, await reply.json()];
 }
 
-async function update(body, mine, round) {
-  if (mine !== asking || round >= MAX_UPDATES) return;
+async function update(body, mine, round, stalled) {
+  if (mine !== asking) return;
+  const before = encoded(current.answer);
+  let next = null;
   try {
-    const [reply, data] = await post(body);
-    if (mine !== asking || !reply.ok) return;
-    draw(data.answers[0]);
-    if (data.answers[0].partial) setTimeout(() => update(body, mine, round + 1), 500);
+    const [reply, data] = await post(withChosen(body));
+    if (mine !== asking) return;
+    if (reply.ok) {
+      const answer = data.answers[0];
+      const grew = encoded(answer) > before;
+      const more = answer.partial && round + 1 < MAX_UPDATES && (grew || stalled + 1 < MAX_STALLED);
+      draw(answer, more);
+      if (more) next = () => update(body, mine, round + 1, grew ? 0 : stalled + 1);
+    }
   } catch (err) {
     // The partial answer on screen stays; the next question starts afresh.
   }
+  if (next) {
+    setTimeout(next, UPDATE_MS);
+  } else if (mine === asking && current.answer) {
+    drawCoverage(current.answer, false);
+    watching = null;
+    showIndex();
+  }
+}
+
+// While a question is being answered or completed, the footer's counts are read every STATS_MS.
+let watching = null;
+
+function watchIndex(mine) {
+  watching = mine;
+  const tick = async () => {
+    if (watching !== mine) return;
+    await showIndex();
+    if (watching === mine) setTimeout(tick, STATS_MS);
+  };
+  setTimeout(tick, STATS_MS);
 }
 
 // The address of the question on screen, so that it can be linked to (and reloaded).
@@ -174,6 +307,9 @@ async function ask(event, retries = 0) {
   $("ask").disabled = true;
   setStatus("Asking…", false);
   const mine = ++asking;
+  chosen = null;
+  current = { body, answer: null };
+  watchIndex(mine);
   try {
     const [reply, data] = await post(body);
     if (reply.status === 503 && retries > 0 && mine === asking) {
@@ -184,13 +320,21 @@ async function ask(event, retries = 0) {
     }
     if (!reply.ok) {
       setStatus(data.detail || `The server answered ${reply.status}.`, true);
+      watching = null;
       return;
     }
-    draw(data.answers[0]);
+    const partial = data.answers[0].partial;
+    draw(data.answers[0], partial);
     setStatus("", false);
-    if (data.answers[0].partial) setTimeout(() => update(body, mine, 0), 500);
+    if (partial) {
+      setTimeout(() => update(body, mine, 0, 0), UPDATE_MS);
+    } else {
+      watching = null;
+      showIndex();
+    }
   } catch (err) {
     setStatus(`Cannot reach the server: ${err.message}`, true);
+    watching = null;
   } finally {
     $("ask").disabled = false;
   }
@@ -209,13 +353,34 @@ function askFromAddress() {
   ask(null, 180);
 }
 
+// A question holds exactly one [MASK]: one already there moves to the cursor rather than being doubled.
+function withOneMask(text, at, end) {
+  const MASK = "[MASK]";
+  const only = text.indexOf(MASK);
+  if (only !== -1 && text.indexOf(MASK, only + 1) === -1 && at >= only && end <= only + MASK.length) {
+    return [text, only + MASK.length]; // the cursor is on the [MASK] already there: nothing to move
+  }
+  for (let i = text.indexOf(MASK); i !== -1; i = text.indexOf(MASK)) {
+    // A space next to the removed [MASK] goes with it: the one before when a space, a stop or the end
+    // follows, the one after at the start.
+    const after = text[i + MASK.length] ?? "";
+    const from = text[i - 1] === " " && /^[\s.,;:!?)]?$/.test(after) ? i - 1 : i;
+    const to = i + MASK.length + (i === 0 && after === " " ? 1 : 0);
+    const moved = (pos) => (pos <= from ? pos : pos >= to ? pos - (to - from) : from);
+    [at, end] = [moved(at), moved(end)];
+    text = text.slice(0, from) + text.slice(to);
+  }
+  return [text.slice(0, at) + MASK + text.slice(end), at + MASK.length];
+}
+
 function insertMask() {
   const input = $("question");
   const at = input.selectionStart ?? input.value.length;
   const end = input.selectionEnd ?? at;
-  input.value = input.value.slice(0, at) + "[MASK]" + input.value.slice(end);
+  const [text, cursor] = withOneMask(input.value, at, end);
+  input.value = text;
   input.focus();
-  input.setSelectionRange(at + 6, at + 6);
+  input.setSelectionRange(cursor, cursor);
 }
 
 function contextsLine(stats) {
@@ -236,12 +401,25 @@ function contextsLine(stats) {
   );
 }
 
-async function showIndex() {
+// What an answer is on this index, by its mask policy (the help line and the evidence notes say it).
+let answerKind = "one word";
+
+function answerKindOf(policy) {
+  return (policy || "").startsWith("whole-word")
+    ? "a whole word, even one the vocabulary splits into several wordpieces"
+    : "one word of the model's vocabulary (a single wordpiece)";
+}
+
+async function showIndex(first = false) {
   try {
-    const health = await (await fetch("/health")).json();
-    if (health.status !== "ready") setStatus(health.detail, health.status === "failed");
+    if (first) {
+      const health = await (await fetch("/health")).json();
+      if (health.status !== "ready") setStatus(health.detail, health.status === "failed");
+    }
     const stats = await (await fetch("/stats")).json();
     const model = stats.meta.model.split("/").pop();
+    answerKind = answerKindOf(stats.meta.mask_policy);
+    $("answer-kind").textContent = `The answer is ${answerKind}.`;
     $("index-info").textContent =
       `${contextsLine(stats)} · model ${model}, layer ${stats.meta.layer} · API docs at /docs`;
   } catch (err) {
@@ -251,5 +429,5 @@ async function showIndex() {
 
 $("ask-form").addEventListener("submit", (event) => ask(event));
 $("insert-mask").addEventListener("click", insertMask);
-showIndex();
+showIndex(true);
 askFromAddress();
