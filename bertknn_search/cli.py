@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import signal
 import sys
 import threading
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from bertknn_search import session
 from bertknn_search.cli_engine import engine_group
@@ -18,6 +21,7 @@ from bertknn_search.cli_options import (
     FiniteFloat,
     cache_option,
     encoding_options,
+    evidence_for_option,
     index_options,
     ingest_options,
     json_option,
@@ -50,6 +54,13 @@ def _terminated(exc: KeyboardInterrupt) -> bool:
 class Group(click.Group):
     """Turns library errors into one-line messages (exit 1), Ctrl-C and SIGTERM into what was kept and
     how to resume (exit 130 and 143)."""
+
+    process = False  # whether main() runs as the program itself, not in a test's CliRunner (see _leave)
+
+    def main(self, args: Any = None, *rest: Any, **extra: Any) -> Any:
+        # The console script calls main() with no arguments; CliRunner always passes a list.
+        self.process = args is None
+        return super().main(args, *rest, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
         previous = _terminate_as_interrupt()
@@ -180,7 +191,19 @@ def _print_summary(summary: Any, as_json: bool, verb: str) -> None:
     help="The subject's popularity (page views) for --gate popularity [default: its article's, if any].",
 )
 @click.option("--relation", help="The fact's relation (P19): picks its --gate threshold [default: '*'].")
-@click.option("--server", metavar="URL", help="Ask a running 'bertknn-search serve' (no model loaded here).")
+@click.option(
+    "--server",
+    metavar="URL|auto",
+    help="Ask a running 'bertknn-search serve' (no model loaded here); auto: the one serving --index.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="BERTKNN_TOKEN_FILE",
+    help="With --server: send the token on this file's first line (the server's --token-file), which"
+    " lifts its per-request limits where they say lifted-by-token [env: BERTKNN_TOKEN_FILE].",
+)
+@evidence_for_option
 @no_progress_option
 @method_options
 @cache_option
@@ -194,6 +217,8 @@ def query(
     popularity: float | None,
     relation: str | None,
     server: str | None,
+    token_file: Path | None,
+    evidence_for: tuple[str, ...],
     no_progress: bool,
     settings: Path | None,
     as_json: bool,
@@ -202,23 +227,71 @@ def query(
     """Answer cloze questions: BERT-kNN, BERT and kNN rankings, the articles used and the evidence.
 
     Example: bertknn-search query "Einstein received the Nobel Prize in [MASK]." --subject "Albert Einstein"
+
+    Example: bertknn-search query "Einstein was born in [MASK]." --evidence-for ulm,germany
     """
-    from bertknn_search.encode_bar import EncodeBar
-    from bertknn_search.output import render_answer, to_json
-    from bertknn_search.records import EncodeHooks, Question
-    from bertknn_search.search import Searcher
+    from bertknn_search.records import Question
 
     asked = [Question(q, subject, popularity, relation) for q in questions] + list(_read_questions(qfile))
     if not asked:
         raise click.UsageError("give a question, or --file with one question per line")
-    for q in asked:  # before the model loads: a malformed question costs nothing
+    asked = [dataclasses.replace(q, evidence_for=evidence_for) for q in asked]
+    for q in asked:  # before anything heavy is imported or loaded: a malformed question costs nothing
         check_question(q.text)
+    if server == "auto" or server is None:
+        serving = _serving(flags, settings)
+        if server == "auto":
+            if serving is None:
+                raise click.UsageError(
+                    "--server auto: no server is serving this --index; start one with"
+                    " 'bertknn-search serve', or name its URL"
+                )
+            server = serving.url
+            flags = {k: v for k, v in flags.items() if k not in ("index", "backend")}  # they found it
+        elif serving is not None:
+            click.echo(
+                f"a server is serving this index at {serving.url}: --server {serving.url} (or --server"
+                " auto) answers there without loading the model here",
+                err=True,
+            )
+    given = click.get_current_context().get_parameter_source("token_file")
+    if token_file is not None and not server and given is ParameterSource.COMMANDLINE:
+        # BERTKNN_TOKEN_FILE set for the servers one asks does not stop questions answered here.
+        raise click.UsageError("--token-file goes with --server (a server's token); drop it here")
     if server:
         from bertknn_search.server import client
+        from bertknn_search.server.wire import read_token
 
-        for line in client.lines(server, asked, client.method_overrides(flags, settings), as_json):
+        token = read_token(token_file) if token_file is not None else None
+        overrides = client.method_overrides(flags, settings)
+        for line in client.lines(server, asked, overrides, as_json, token):
             click.echo(line)
         return
+    _answer_here(asked, flags, settings, no_progress, as_json)
+    _leave(click.get_current_context())
+
+
+def _serving(flags: dict[str, Any], settings: Path | None) -> Any:
+    """The live server that announced itself for the embedded index of ``flags`` (cheap: a small file
+    read, no import beyond the standard library), else None."""
+    from bertknn_search.server import discovery
+
+    try:
+        config = session.resolve_config(flags, settings=settings).config
+    except BertKnnError:
+        return None  # the settings are wrong: the query itself says how, in one line
+    return discovery.find(config.index) if config.backend == "embedded" else None
+
+
+def _answer_here(
+    asked: list[Any], flags: dict[str, Any], settings: Path | None, no_progress: bool, as_json: bool
+) -> None:
+    """Open the index, load the model, answer and print."""
+    from bertknn_search.encode_bar import EncodeBar
+    from bertknn_search.output import render_answer, to_json
+    from bertknn_search.records import EncodeHooks
+    from bertknn_search.search import Searcher
+
     config = session.open_index(flags, settings=settings).config
     searcher = Searcher.open(config)
     bar = EncodeBar(enabled=not no_progress)
@@ -231,6 +304,21 @@ def query(
     finally:
         bar.close()
         searcher.close()
+
+
+def _leave(ctx: click.Context) -> None:
+    """End a finished read-only command now, skipping the interpreter's teardown (about a second once
+    torch and transformers are loaded: their modules, threads and atexit hooks), when this is the
+    program itself (not a test's CliRunner). The index is closed and the output flushed first, so
+    nothing is lost; a write that fails (a closed pipe) ends as it would have."""
+    if not getattr(ctx.find_root().command, "process", False):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # let the normal exit report it
+    os._exit(0)
 
 
 @main.command()
@@ -372,6 +460,12 @@ def titles(pattern: str, limit: int, as_json: bool, **flags: Any) -> None:
     "--max-body-mb", type=FiniteFloat(min=0.001), default=16.0, show_default=True, help="Largest body."
 )
 @click.option(
+    "--limits",
+    metavar="NAME=VALUE,...",
+    help="What one request without the token may ask (questions, articles, n-articles, budget, exact,"
+    " query-body-mb, lifted-by-token), over the defaults; replaces BERTKNN_SERVE_LIMITS (docs/serving.md).",
+)
+@click.option(
     "--batch-window-ms",
     type=FiniteFloat(min=0.0, max=1000.0),
     default=5.0,
@@ -389,6 +483,7 @@ def serve(
     open_writes: bool,
     max_body_mb: float,
     batch_window_ms: float,
+    limits: str | None,
     settings: Path | None,
     **flags: Any,
 ) -> None:
@@ -401,19 +496,22 @@ def serve(
     Example: bertknn-search serve --index ./bertknn-index --port 8000
     """
     from bertknn_search.server.app import ServerSettings
-    from bertknn_search.server.run import read_token
+    from bertknn_search.server.limits import RequestLimits
     from bertknn_search.server.run import serve as run_server
+    from bertknn_search.server.wire import read_token
 
     token = read_token(token_file) if token_file else None
+    per_request = RequestLimits.from_env() if limits is None else RequestLimits.parse(limits, "--limits")
     config = session.open_index(flags, settings=settings).config
-    limits = ServerSettings(
+    server = ServerSettings(
         config,
         token,
         int(max_body_mb * 1024 * 1024),
         window_s=batch_window_ms / 1000,
         allowed_hosts=allowed_hosts,
+        limits=per_request,
     )
-    run_server(limits, host, port, open_writes)
+    run_server(server, host, port, open_writes)
 
 
 @main.command()

