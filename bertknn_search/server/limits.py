@@ -93,8 +93,8 @@ class RequestLimits:
         return cls.parse(text) if text else cls()
 
     @classmethod
-    def parse(cls, text: str) -> RequestLimits:
-        """See ``from_env``."""
+    def parse(cls, text: str, source: str = ENV) -> RequestLimits:
+        """See ``from_env``; ``source`` names where ``text`` came from in errors (``serve --limits``)."""
         fields = {_key(f.name): f for f in dataclasses.fields(cls)}
         names = ", ".join(fields)
         values: dict[str, Any] = {}
@@ -103,12 +103,15 @@ class RequestLimits:
                 continue
             key, equals, raw = (s.strip() for s in item.partition("="))
             if not equals or key not in fields:
-                raise ConfigError(f"{ENV}: {item!r} is not NAME=VALUE with a NAME of {names}")
+                raise ConfigError(f"{source}: {item!r} is not NAME=VALUE with a NAME of {names}")
             name = fields[key].name
             if name in values:
-                raise ConfigError(f"{ENV} sets {key} twice; keep one")
-            values[name] = _value(key, raw)
-        return cls(**values)
+                raise ConfigError(f"{source} sets {key} twice; keep one")
+            values[name] = _value(key, raw, source)
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace(ENV, source, 1)) from None
 
     def as_json(self) -> dict[str, Any]:
         """The limits by the names ``BERTKNN_SERVE_LIMITS`` uses (``query-body-mb`` in MiB)."""
@@ -121,14 +124,14 @@ def _key(name: str) -> str:
     return "query-body-mb" if name == "query_body" else name.replace("_", "-")
 
 
-def _value(key: str, raw: str) -> Any:
+def _value(key: str, raw: str, source: str) -> Any:
     if key in ("exact", "lifted-by-token"):
         switch = raw.lower()
         if switch in ("1", "true", "yes", "on"):
             return True
         if switch in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"{ENV}: {key} must be yes or no, got {raw!r}")
+        raise ConfigError(f"{source}: {key} must be yes or no, got {raw!r}")
     try:
         if key == "query-body-mb":
             mib = float(raw)
@@ -137,7 +140,7 @@ def _value(key: str, raw: str) -> Any:
             return max(1, int(mib * MIB))
         return int(raw)  # int() reads "1_000" and " 5": both meant as numbers
     except ValueError:
-        raise ConfigError(f"{ENV}: {key} must be a number, got {raw!r}") from None
+        raise ConfigError(f"{source}: {key} must be a number, got {raw!r}") from None
 
 
 def bearer(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
