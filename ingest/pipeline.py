@@ -48,7 +48,6 @@ CHUNK_ARTICLES = 64
 # A write of this size is one segment of a few hundred MB of writer heap (article_index.HEAP_PER_CHAR).
 TEXT_CHUNK_CHARS = 48_000_000
 TEXT_CHUNK_ARTICLES = 16_000
-TEXT_CHUNK = (TEXT_CHUNK_CHARS, TEXT_CHUNK_ARTICLES)
 # A lazy ingest's first chunk is small, so the bar moves within a second or two instead of after the
 # first 16,000 articles (one more tantivy segment, merged with the others).
 FIRST_TEXT_CHUNK = (1_000_000, 500)
@@ -164,7 +163,7 @@ def ingest(
         # import, not after.
         early = _capped_max_length(config) if lazy else None
         if early is not None:
-            chunks = pool.map(_chunks(records, *TEXT_CHUNK, FIRST_TEXT_CHUNK), _spec(config, early))
+            chunks = pool.map(_chunks(records, *_text_chunk(), FIRST_TEXT_CHUNK), _spec(config, early))
             first_chunk = _ahead(chunks)
         encoder = encoder or Encoder(config.model, config.layer, config.device, config.max_length, precision)
         device = encoder.placement.device  # a bad --device fails here, before an index is created
@@ -183,7 +182,7 @@ def ingest(
                 f" {encoder.max_length}; give --max-length {encoder.max_length}"
             )
         if first_chunk is None:
-            size = TEXT_CHUNK if lazy else (CHUNK_CHARS, CHUNK_ARTICLES)
+            size = _text_chunk() if lazy else (CHUNK_CHARS, CHUNK_ARTICLES)
             chunks = pool.map(_chunks(records, *size, FIRST_TEXT_CHUNK if lazy else None), _spec(config))
             first_chunk = _ahead(chunks)
         # The first chunk is read and prepared before a new index is created: input that fails at
@@ -219,7 +218,7 @@ def ingest(
         # encodes between its writes, minutes on a CPU, and leaves the lock free meanwhile for others.
         # The executors inside finish every write before the run ends.
         with (
-            backend.bulk(TEXT_CHUNK[1], TEXT_CHUNK[0]) if lazy else contextlib.nullcontext(),
+            backend.bulk(TEXT_CHUNK_ARTICLES, TEXT_CHUNK_CHARS) if lazy else contextlib.nullcontext(),
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
@@ -460,7 +459,11 @@ def _chunks(
     up to ``first``'s, when given)."""
     chunk: list[Record] = []
     size = 0
-    chars, articles = first or (max_chars, max_articles)
+    chars, articles = (
+        (max_chars, max_articles)
+        if first is None
+        else (min(first[0], max_chars), min(first[1], max_articles))
+    )
     for record in records:
         chunk.append(record)
         size += record_size(record)
@@ -470,6 +473,11 @@ def _chunks(
             chars, articles = max_chars, max_articles
     if chunk:
         yield chunk
+
+
+def _text_chunk() -> tuple[int, int]:
+    """A lazy ingest's chunk: (characters, articles) at most."""
+    return TEXT_CHUNK_CHARS, TEXT_CHUNK_ARTICLES
 
 
 def _spec(config: Config, max_length: int | None = None) -> TextSpec:

@@ -320,7 +320,7 @@ def test_settings_file_takes_the_flag_names(built_index: Config, tmp_path: Path)
     line = one_line_error(run("query", *common, "--settings", path))
     assert line.endswith(
         "unknown keys ['lamda']; allowed: n-articles, k, temperature, lambda, distance, no-ir, gate,"
-        " gate-thresholds, evidence, budget, exact"
+        " gate-thresholds, evidence, budget, budget-s, exact"
     )
 
 
@@ -333,6 +333,7 @@ FLOAT_OPTIONS = [
     ("serve", "--temperature"),
     ("serve", "--max-body-mb"),
     ("serve", "--batch-window-ms"),
+    ("query", "--budget-s"),
     ("eval ablate", "--temperature"),
     ("eval ablate", "--lambda"),
     ("eval grid", "--grid-lambda"),

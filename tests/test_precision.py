@@ -206,9 +206,10 @@ def test_the_ingest_says_what_it_encodes_in(base_config: Config, corpus: Path, t
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         ingest(corpus, config, limit=2, progress=True)
-    first = err.getvalue().splitlines()[0]
+    lines = err.getvalue().replace("\r", "\n").splitlines()
+    (said,) = [line for line in lines if line.startswith("encoder: ")]
     # fp32, or bf16 on a CPU with AVX512-BF16 or AMX: either way the line says why and how to choose.
-    assert re.match(r"encoder: (fp32|bf16) on cpu \(auto: ", first) and "--precision" in first
+    assert re.match(r"encoder: (fp32|bf16) on cpu \(auto: ", said) and "--precision" in said
 
 
 def test_opensearch_meta_carries_the_precision() -> None:
