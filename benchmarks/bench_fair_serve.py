@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_cold_serve import FRAGMENT, store_random_contexts, tail
+from bench_cold_serve import FRAGMENT, store_random_contexts, tail, warm_client
 from common import argument_parser, environment, run_benchmark
 
 from bertknn_search.config import Config
@@ -76,21 +76,6 @@ def serving(config: Config) -> Iterator[MicroBatcher]:
     finally:
         batcher.interrupt()
         batcher.stop()
-
-
-def warm_client(
-    batcher: MicroBatcher, questions: list[Question], config: Config, seconds: float
-) -> list[float]:
-    took: list[float] = []
-    end = time.monotonic() + seconds
-    i = 0
-    while time.monotonic() < end:
-        started = time.perf_counter()
-        (future,) = batcher.submit([questions[i % len(questions)]], config)
-        future.result(timeout=600)
-        took.append(time.perf_counter() - started)
-        i += 1
-    return took
 
 
 def fresh(prepared: Path, tmp: Path, name: str, config: Config) -> Config:
