@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
@@ -10,6 +11,7 @@ import numpy as np
 
 from bertknn_search.errors import IndexMismatchError
 from bertknn_search.records import (
+    Article,
     ArticleHit,
     Coverage,
     EncodedArticle,
@@ -203,3 +205,18 @@ def check_meta(found: IndexMeta, wanted: IndexMeta, where: str) -> None:
                 f"index at {where} was built with {name}={getattr(found, name)!r}, not"
                 f" {getattr(wanted, name)!r}; use the index's {name.replace('_', ' ')} or a new --index"
             )
+
+
+_INGEST_FINGERPRINT = re.compile(r"[0-9a-f]{20}")  # the form ``article_fingerprint`` gives
+
+
+def text_fits_fingerprint(article: Article, fingerprint: str, meta: IndexMeta) -> bool:
+    """Whether ``article`` (as read back from a store) gives ``fingerprint`` again with the index's
+    settings; True for a fingerprint that ingest did not compute (another form), which cannot be checked."""
+    if not _INGEST_FINGERPRINT.fullmatch(fingerprint):
+        return True
+    # Imported here: the ingest side (its readers import pyarrow) is needed only once a text is read.
+    from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
+
+    settings = fingerprint_settings(meta.model, meta.layer, meta.mask_policy, meta.max_length)
+    return article_fingerprint(article, settings) == fingerprint

@@ -8,7 +8,6 @@ The BM25 article index beside it (``article_index``) is kept in step with SQLite
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sqlite3
 import threading
@@ -23,7 +22,7 @@ import numpy as np
 from bertknn_search.backends import codec, sqlite_file
 from bertknn_search.backends.article_index import IR_DIR, ArticleIndex, field_texts
 from bertknn_search.backends.article_index import PARTS as IR_PARTS
-from bertknn_search.backends.base import check_meta, extrapolate
+from bertknn_search.backends.base import check_meta, extrapolate, text_fits_fingerprint
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
 from bertknn_search.backends.embedded_parts import (
     CONTEXTS,
@@ -64,7 +63,6 @@ READABLE_VERSIONS = ("4", SCHEMA_VERSION)
 UTF8_BYTES_PER_CHAR = 4
 SENTENCES_BYTES_PER_CHAR = 16
 SENTENCES_SLACK = 4096
-_INGEST_FINGERPRINT = re.compile(r"[0-9a-f]{20}")  # the form ``article_fingerprint`` gives
 DICTIONARY_KEY = "text_dictionary"  # meta: the zstd dictionary trained on the first large write
 POPULARITY_TABLE = (
     "CREATE TABLE IF NOT EXISTS popularity"
@@ -407,14 +405,8 @@ class EmbeddedBackend(ContextStoreSide):
         text = self._unpack(stored, what, UTF8_BYTES_PER_CHAR * max(n_chars, 0))
         if len(text) != n_chars:
             raise self._damaged(what, f"{len(text):,} characters where the article records {n_chars:,}")
-        if _INGEST_FINGERPRINT.fullmatch(fingerprint):
-            # Imported here: the ingest side (its readers import pyarrow) is needed only once a text is read.
-            from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
-
-            meta = self._meta
-            settings = fingerprint_settings(meta.model, meta.layer, meta.mask_policy, meta.max_length)
-            if article_fingerprint(Article(article_id, title, text, popularity), settings) != fingerprint:
-                raise self._damaged(what, "not the text its article's fingerprint was made from")
+        if not text_fits_fingerprint(Article(article_id, title, text, popularity), fingerprint, self._meta):
+            raise self._damaged(what, "not the text its article's fingerprint was made from")
         return text
 
     @contextmanager

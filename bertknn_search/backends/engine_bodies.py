@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from importlib.resources import files
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from bertknn_search.backends import codec
+from bertknn_search.backends.base import text_fits_fingerprint
 from bertknn_search.errors import IndexCorruptError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta, Neighbors
 from bertknn_search.terms import document_text, query_terms, tokenize
@@ -94,9 +94,6 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
         ) from exc
 
 
-_INGEST_FINGERPRINT = re.compile(r"[0-9a-f]{20}")  # the form ``article_fingerprint`` gives
-
-
 def stored_article(article_id: str, source: dict[str, Any], meta: IndexMeta, where: str) -> Article:
     """The article an articles doc holds, checked before its text is encoded: title and text are strings
     and, where its fingerprint is one ingest computed, give that fingerprint again with the index's
@@ -118,13 +115,8 @@ def stored_article(article_id: str, source: dict[str, Any], meta: IndexMeta, whe
     if popularity is not None and (isinstance(popularity, bool) or not isinstance(popularity, (int, float))):
         raise damaged(f"its popularity is {type(popularity).__name__}, not a number")
     article = Article(article_id, title, text, None if popularity is None else float(popularity))
-    if _INGEST_FINGERPRINT.fullmatch(fingerprint):
-        # Imported here: the ingest side (its readers import pyarrow) is needed only once a text is read.
-        from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
-
-        settings = fingerprint_settings(meta.model, meta.layer, meta.mask_policy, meta.max_length)
-        if article_fingerprint(article, settings) != fingerprint:
-            raise damaged("its text is not the text its fingerprint was made from")
+    if not text_fits_fingerprint(article, fingerprint, meta):
+        raise damaged("its text is not the text its fingerprint was made from")
     return article
 
 
