@@ -34,7 +34,7 @@ from bertknn_search.encoder import Encoder
 from bertknn_search.ingest.contexts import make_row_table, make_rows
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 def rss_kib():
     for line in open("/proc/self/status"):

@@ -65,7 +65,7 @@ from bertknn_search.encoder import MASK
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 from bertknn_search.stopwords import STOPWORDS
 
 BACKENDS = ("embedded", "opensearch", "elasticsearch")

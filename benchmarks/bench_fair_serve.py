@@ -46,7 +46,7 @@ from bertknn_search.config import Config
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.records import Answer, EncodeHooks, EncodeProgress, Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 from bertknn_search.server.batcher import MicroBatcher
 
 WARM_ARTICLES = 20

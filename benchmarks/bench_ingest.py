@@ -46,7 +46,7 @@ from bertknn_search.encoder import Encoder
 from bertknn_search.ingest.contexts import MaskedRow, encode_rows, make_rows
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.knn import knn_probs
+from bertknn_search.query.knn import knn_probs
 from bertknn_search.records import Article
 
 PAPER_CONTEXTS_PER_S = 300.0  # Kassner & Schütze 2020: per GTX 1080Ti

@@ -46,7 +46,7 @@ from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FRAGMENT = SHARED / "wiki-sample" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

@@ -59,7 +59,7 @@ from bertknn_search.ingest.pipeline import TEXT_CHUNK_ARTICLES
 from bertknn_search.ingest.prepare import default_workers
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.records import Question
-from bertknn_search.retrieve import ir_query, retrieve
+from bertknn_search.query.retrieve import ir_query, retrieve
 from bertknn_search.terms import query_terms
 
 HERE = Path(__file__).resolve().parent

@@ -59,10 +59,10 @@ from bertknn_search.encoder import MASK
 from bertknn_search.ingest.contexts import build_blocks, make_rows
 from bertknn_search.ingest.pipeline import CHUNK_ARTICLES, index_meta, ingest
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.interpolate import interpolate, rank
-from bertknn_search.knn import knn_probs
+from bertknn_search.query.interpolate import interpolate, rank
+from bertknn_search.query.knn import knn_probs
 from bertknn_search.records import Article, Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 from bertknn_search.stopwords import STOPWORDS
 
 PAPER_QUERY_S = 2.0  # Kassner & Schütze 2020: one query on CPU

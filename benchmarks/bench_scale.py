@@ -66,7 +66,7 @@ from bertknn_search.ingest.prepare import default_workers
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, Question
-from bertknn_search.retrieve import retrieve
+from bertknn_search.query.retrieve import retrieve
 from bertknn_search.stopwords import STOPWORDS
 
 MEDIAN_WORDS, SIGMA = 250, 1.18  # lognormal: mean = median * exp(sigma^2 / 2) = 500 words

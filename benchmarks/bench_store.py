@@ -39,7 +39,7 @@ from bertknn_search.backends import codec
 from bertknn_search.encoder import Encoder
 from bertknn_search.ingest.contexts import MaskedRow, make_rows
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.knn import knn_probs
+from bertknn_search.query.knn import knn_probs
 
 KS = (10, 128)
 RERANK_FACTOR = 4

@@ -44,7 +44,7 @@ from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 LEVELS = (1, 3, 9, 19)
 REAL_ARTICLES = 700  # the fragment's sentences fill about this many articles before they repeat

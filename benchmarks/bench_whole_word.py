@@ -37,7 +37,7 @@ from bertknn_search.eval.metrics import FactResult, macro_average
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"

@@ -290,7 +290,7 @@ def _answer_here(
     from bertknn_search.encode_bar import EncodeBar
     from bertknn_search.output import render_answer, to_json
     from bertknn_search.records import EncodeHooks
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     config = session.open_index(flags, settings=settings).config
     searcher = Searcher.open(config)
@@ -352,7 +352,7 @@ def warm(qfile: Any, titles: Any, no_progress: bool, as_json: bool, **flags: Any
     """
     from bertknn_search.output import render_warm, to_json
     from bertknn_search.records import Question
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
     from bertknn_search.warm import needed_articles
     from bertknn_search.warm import warm as run_warm
 

@@ -100,7 +100,7 @@ def eval_run(
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
     from bertknn_search.output import eval_json, render_datastore, render_eval_counts
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     facts = _facts(flags)
     config = _exact_unless_budget(session.open_index(flags, settings=settings).config)
@@ -273,7 +273,7 @@ def eval_grid(
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.grid import grid_search
     from bertknn_search.output import render_grid
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     facts = _facts(flags)
     grid = {"n_articles": grid_n, "lam": grid_lambda, "k": grid_k, "temperature": grid_temperature}
@@ -312,7 +312,7 @@ def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **fla
     """
     from bertknn_search.output import render_warm, to_json
     from bertknn_search.records import Question
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
     from bertknn_search.warm import needed_articles, warm
 
     facts = _facts(flags)
@@ -374,7 +374,7 @@ def eval_cloze(
     """
     from bertknn_search.eval.cloze import cloze, cloze_json, render_cloze
     from bertknn_search.ingest.readers import read_articles
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     config = session.open_index(flags).config
     articles = [(a.id, a.title) for a in read_articles(corpus) if a.text.strip()]

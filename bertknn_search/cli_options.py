@@ -20,7 +20,7 @@ from bertknn_search.config import (
     finite,
 )
 from bertknn_search.errors import ConfigError, QuestionError
-from bertknn_search.evidence_words import checked_words
+from bertknn_search.query.evidence_words import checked_words
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 WARM_CHUNK = 256  # articles per encoder pass: enough rows to fill GPU batches of 1,024
 

@@ -125,7 +125,7 @@ def ablate(
     Raises:
         ConfigError, InputFormatError: as ``evaluate``.
     """
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     check_variants(found)
     out_dir = Path(out_dir)

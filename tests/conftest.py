@@ -14,7 +14,7 @@ import pytest
 
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact, build_tiny_model, make_facts, write_corpus
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

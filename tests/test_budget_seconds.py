@@ -12,7 +12,7 @@ from bertknn_search.cli import main
 from bertknn_search.config import CPU_BUDGET, CPU_BUDGET_S, UNBOUNDED, Config
 from bertknn_search.errors import ConfigError
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 from tests.conftest import long_article_index
 
 LONG = Question("Long Town is near the [MASK].", "Long Town")
@@ -79,7 +79,7 @@ def test_the_deadline_is_checked_between_steps(
     from types import SimpleNamespace
 
     import bertknn_search.ingest.contexts as contexts
-    import bertknn_search.search as search
+    import bertknn_search.query.search as search
 
     now = [1000.0]
     clock = SimpleNamespace(monotonic=lambda: now[0], perf_counter=time.perf_counter)

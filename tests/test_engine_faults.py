@@ -41,7 +41,7 @@ from bertknn_search.engines.launch import Cluster, EngineError, engine, free_por
 from bertknn_search.errors import BackendError
 from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 from tests.conftest import REQUIRE_ENGINES
 from tests.test_backends import assert_same, questions
 

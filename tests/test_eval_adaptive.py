@@ -16,7 +16,7 @@ from bertknn_search.config import Config
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.grid import grid_search
 from bertknn_search.eval.harness import evaluate
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 
 @pytest.fixture(scope="module")

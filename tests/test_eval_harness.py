@@ -15,7 +15,7 @@ from bertknn_search.eval.grid import grid_search
 from bertknn_search.eval.harness import BAD_QUESTION, NOT_IN_COMMON_VOCAB, NOT_ONE_TOKEN, evaluate
 from bertknn_search.eval.metrics import NO_ARTICLE, FactResult, macro_average
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 MODELS = ("bert", "knn", "bert_knn")
 

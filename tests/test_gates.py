@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
-from bertknn_search.gates import ALWAYS, confidence, learn_thresholds, retrieves
+from bertknn_search.query.gates import ALWAYS, confidence, learn_thresholds, retrieves
 from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 from tests.test_eval_datasets import write_jsonl
 
 KB = Question("Zorblat was born in [MASK].", "Zorblat")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertknn_search.interpolate import interpolate, rank
+from bertknn_search.query.interpolate import interpolate, rank
 
 
 def test_interpolation_endpoints_and_middle() -> None:

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from bertknn_search.evidence import diverse_order
-from bertknn_search.knn import knn_logits, knn_probs
+from bertknn_search.query.evidence import diverse_order
+from bertknn_search.query.knn import knn_logits, knn_probs
 
 SMALLEST = 5e-324  # the smallest positive float
 LARGEST = sys.float_info.max

@@ -17,7 +17,7 @@ from bertknn_search.eval.harness import (
     SPECIAL_ANSWER,
     evaluate,
 )
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 TEMPLATES = [{"relation": "P19", "template": "[X] was born in [Y] ."}]
 

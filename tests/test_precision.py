@@ -167,7 +167,7 @@ def test_auto_resumes_in_the_index_precision(int8_index: Config, corpus: Path) -
 
 
 def test_a_query_is_encoded_in_the_index_precision(int8_index: Config) -> None:
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     searcher = Searcher.open(int8_index.replace(precision="auto"))
     try:
@@ -185,7 +185,7 @@ def test_a_lazy_encode_in_another_precision_is_refused(
 ) -> None:
     from bertknn_search.ingest.pipeline import ingest
     from bertknn_search.records import Question
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     config = base_config.replace(index=tmp_path / "lazy", contexts="lazy", precision="fp32")
     ingest(corpus, config, progress=False)

@@ -25,7 +25,7 @@ from bertknn_search.ingest.prepare import TextPool, TextSpec, prepare
 from bertknn_search.ingest.readers import finish, read_articles, read_records
 from bertknn_search.ingest.sentences import SPLITTER
 from bertknn_search.records import Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 from tests.test_reliability import WAIT, start_ingest, stored_articles, wait_for_articles, write_big_corpus
 
 SPEC = TextSpec(("model", "11", "single-wordpiece", "512"), split=True, ir_fields=True)

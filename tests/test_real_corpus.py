@@ -13,7 +13,7 @@ from bertknn_search.eval.datasets import read_lama
 from bertknn_search.eval.evidence import evidence_articles, write_jsonl
 from bertknn_search.eval.harness import evaluate
 from bertknn_search.ingest.pipeline import ingest
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 RELATIONS = ("P19", "P413")  # place of birth; position played on team
 PER_RELATION = 40

@@ -155,7 +155,7 @@ def test_interrupted_ingest_resumes_to_exactly_one_copy(
 
 def _query_worker(config: Config, question: str, subject: str, started, done, results) -> None:
     from bertknn_search.records import Question
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     searcher = Searcher.open(config)
     after_done = 0
@@ -222,7 +222,7 @@ def test_adds_while_other_processes_query(index_copy: Config, tmp_path: Path) ->
     assert sizes["v1"] != sizes["v2"]
     assert {(n, top) for _, n, top in seen} <= {(sizes["v1"], "yentil"), (sizes["v2"], "gorrash")}
     from bertknn_search.records import Question
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     s = Searcher.open(config)
     assert s.answer(Question("Vesplin was born in [MASK].", "Vesplin")).knn[0].word == "gorrash"

@@ -16,7 +16,7 @@ from bertknn_search.demo import Fact, person_text
 from bertknn_search.encoder import Encoder
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.records import Article, Question
-from bertknn_search.search import Searcher
+from bertknn_search.query.search import Searcher
 
 QUERY = "Zorblat worked as a painter in the north"
 

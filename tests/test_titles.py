@@ -82,7 +82,7 @@ def test_a_subject_that_is_no_title_says_so_and_names_the_closest_titles(
 ) -> None:
     from bertknn_search.output import render_answer
     from bertknn_search.records import Question
-    from bertknn_search.search import Searcher
+    from bertknn_search.query.search import Searcher
 
     config = base_config.replace(index=tmp_path / "i")
     ingest(write(tmp_path / "t.jsonl"), config, progress=False)

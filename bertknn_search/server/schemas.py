@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bertknn_search.config import Config, thresholds_from_json
-from bertknn_search.evidence_words import MAX_EVIDENCE_FOR, MAX_EVIDENCE_WORD
+from bertknn_search.query.evidence_words import MAX_EVIDENCE_FOR, MAX_EVIDENCE_WORD
 from bertknn_search.server.wire import MAX_QUESTIONS
 
 # Bounds: a request may not make the server do unbounded work or hold unbounded memory. These hold for

@@ -23,7 +23,7 @@ import numpy as np
 
 from bertknn_search.backends.base import Backend
 from bertknn_search.errors import QuestionError
-from bertknn_search.knn import knn_logits
+from bertknn_search.query.knn import knn_logits
 from bertknn_search.records import Answer, Evidence, EvidenceSentence, Neighbors, WordEvidence
 
 EVIDENCE_ANSWERS = 3  # top answers that get their supporting sentences shown

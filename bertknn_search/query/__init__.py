@@ -1,0 +1,1 @@
+"""The query layer: question -> IR -> filtered kNN -> interpolation -> answer (Searcher.score_batch)."""
