@@ -57,7 +57,7 @@ from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.blocks import exact_knn
 from bertknn_search.backends.encode_order import STRATEGIES, Lexicon, order_rows
 from bertknn_search.config import CPU_BUDGET, Config
-from bertknn_search.encoder import MASK, Encoder
+from bertknn_search.encoding.encoder import MASK, Encoder
 from bertknn_search.ingest.contexts import build_blocks, make_rows
 from bertknn_search.ingest.pipeline import index_meta, ingest
 from bertknn_search.ingest.readers import read_articles

@@ -30,7 +30,7 @@ import json, resource, sys
 sys.path.insert(0, {bench!r})
 from pathlib import Path
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.contexts import make_row_table, make_rows
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Question

@@ -61,7 +61,7 @@ from bench_lazy import FRAGMENT, wikipedia_shaped
 from common import Progress, cache_dir, dir_bytes, environment, load_average, percentiles, write_results
 
 from bertknn_search.config import Config
-from bertknn_search.encoder import MASK
+from bertknn_search.encoding.encoder import MASK
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Article, Question

@@ -34,7 +34,7 @@ from bench_lazy import FRAGMENT
 from common import LAYER, cache_dir, environment, load_average, percentiles, write_results
 
 from bertknn_search.config import CPU_BUDGET, CPU_BUDGET_S, Config
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.records import Question
 
 

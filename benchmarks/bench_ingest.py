@@ -42,7 +42,7 @@ from common import (
 )
 
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.contexts import MaskedRow, encode_rows, make_rows
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.sentences import split_sentences
@@ -319,7 +319,7 @@ def compare_precisions(
     batch: int,
 ) -> dict[str, Any]:
     """Each precision against the naive baseline, rounds interleaved, and its keys against fp32's."""
-    from bertknn_search.threads import cpu_flags
+    from bertknn_search.encoding.threads import cpu_flags
 
     device, layer = args.device, args.layer
     precisions = args.precisions.split(",")

@@ -55,7 +55,7 @@ from common import (
 
 from bertknn_search.backends import codec
 from bertknn_search.config import Config
-from bertknn_search.encoder import MASK
+from bertknn_search.encoding.encoder import MASK
 from bertknn_search.ingest.contexts import build_blocks, make_rows
 from bertknn_search.ingest.pipeline import CHUNK_ARTICLES, index_meta, ingest
 from bertknn_search.ingest.sentences import split_sentences
@@ -77,7 +77,7 @@ def add_synthetic(articles: list[Article], config: Config, seed: int) -> dict[st
         Seconds per phase.
     """
     from bertknn_search.backends import open_backend
-    from bertknn_search.encoder import Encoder
+    from bertknn_search.encoding.encoder import Encoder
 
     encoder = Encoder(config.model, config.layer, "cpu", config.max_length)  # the tokenizer only
     backend = open_backend(config, create=index_meta(config, encoder))

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         floor = (
             "import os, torch\n"
-            "from bertknn_search.deferred_imports import deferred\n"
+            "from bertknn_search.encoding.deferred_imports import deferred\n"
             "from transformers import AutoModelForMaskedLM, AutoTokenizer\n"
             f"AutoTokenizer.from_pretrained({str(demo / 'model')!r})\n"
             "with deferred():\n"

@@ -36,7 +36,7 @@ from common import (
 )
 
 from bertknn_search.backends import codec
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.contexts import MaskedRow, make_rows
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.query.knn import knn_probs

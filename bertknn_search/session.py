@@ -107,8 +107,8 @@ def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
     finally:
         backend.close()
     if resolved.given("max_length") and config.max_length > meta.max_length:
-        from bertknn_search.encoder import Encoder
-        from bertknn_search.model_lookup import locate_model
+        from bertknn_search.encoding.encoder import Encoder
+        from bertknn_search.encoding.model_lookup import locate_model
 
         # The index records the limit in effect, capped at the model's: a larger request means the same.
         locate_model(meta.model, f"from the index at {where}")
@@ -135,7 +135,7 @@ def check_model(resolved: Resolved) -> None:
     Raises:
         ModelLoadError: not a local path, not cached, and the hub cannot be reached.
     """
-    from bertknn_search.model_lookup import locate_model
+    from bertknn_search.encoding.model_lookup import locate_model
 
     locate_model(resolved.config.model, resolved.origin("model"))
 
@@ -172,7 +172,7 @@ def policy_for_model(resolved: Resolved) -> tuple[Resolved, str | None]:
     """
     if "mask_policy" in resolved.origins:
         return resolved, None
-    from bertknn_search.heads import model_has_head
+    from bertknn_search.encoding.heads import model_has_head
 
     if model_has_head(resolved.config.model) is not False:
         return resolved, None
@@ -220,8 +220,8 @@ def index_stats(config: Config) -> IndexStats:
     """What the index holds, with the model's own input limit and whether it has an MLM head, when its
     files can be read offline."""
     from bertknn_search.backends import open_backend
-    from bertknn_search.heads import model_has_head
-    from bertknn_search.model_lookup import model_max_length
+    from bertknn_search.encoding.heads import model_has_head
+    from bertknn_search.encoding.model_lookup import model_max_length
 
     backend = open_backend(config)
     try:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bertknn_search.backends.base import Backend
-from bertknn_search.encoder import MASK
+from bertknn_search.encoding.encoder import MASK
 from bertknn_search.ingest.contexts import word_spans
 from bertknn_search.query.search import Searcher
 from bertknn_search.stopwords import STOPWORDS, is_punctuation

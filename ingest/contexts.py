@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.prepare import article_fingerprint, fingerprint_settings
 from bertknn_search.records import Article, ContextBlock, EncodedArticle
 from bertknn_search.stopwords import STOPWORDS, is_punctuation

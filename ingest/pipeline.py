@@ -17,7 +17,7 @@ from tqdm import tqdm
 from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.errors import (
     BackendError,
     BertKnnError,
@@ -500,7 +500,7 @@ def _ahead(chunks: Iterator[list[PreparedArticle]]) -> Future[list[PreparedArtic
 def _capped_max_length(config: Config) -> int | None:
     """``config.max_length`` capped at the model's own limit as ``Encoder`` caps it, from its config.json
     on disk; None where that is not on disk (the Encoder then says)."""
-    from bertknn_search.model_lookup import model_max_length
+    from bertknn_search.encoding.model_lookup import model_max_length
 
     own = model_max_length(config.model)
     return None if own is None else min(config.max_length, own)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bertknn_search.config import Config
 from bertknn_search.demo import vocabulary
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.contexts import build_blocks, encode_rows, fingerprint, make_rows
 from bertknn_search.records import Article
 

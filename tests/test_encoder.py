@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.errors import ModelLoadError, QuestionError
 
 
@@ -96,7 +96,7 @@ def test_layer_out_of_range_names_the_range_and_the_last_layer(tiny_model: Path)
 @pytest.mark.parametrize("device", ["garbage", "meta", "cpu:99", "cpu:0", "cuda:", "cuda:x", "cuda:²"])
 def test_place_refuses_what_is_not_a_device(device: str) -> None:
     from bertknn_search.errors import ConfigError
-    from bertknn_search.placement import place
+    from bertknn_search.encoding.placement import place
 
     with pytest.raises(ConfigError) as err:
         place(device)
@@ -110,7 +110,7 @@ def test_place_refuses_what_is_not_a_device(device: str) -> None:
 def test_place_accepts_the_devices_it_names(device: str) -> None:
     import torch
 
-    from bertknn_search.placement import place
+    from bertknn_search.encoding.placement import place
 
     placement = place(device)
     assert placement.device.type == ("cuda" if device == "auto" and torch.cuda.is_available() else "cpu")
@@ -217,7 +217,7 @@ def test_keys_are_the_same_from_the_view_and_from_a_model_cut_short(tiny_model: 
 def test_a_model_without_a_block_list_has_no_view(encoder: Encoder) -> None:
     from torch import nn
 
-    from bertknn_search.encoder import first_blocks
+    from bertknn_search.encoding.encoder import first_blocks
 
     class Flat(nn.Module):
         def __init__(self) -> None:

@@ -12,8 +12,8 @@ from click.testing import CliRunner, Result
 
 from bertknn_search import demo
 from bertknn_search.cli import main
-from bertknn_search.encoder import Encoder
-from bertknn_search.heads import model_has_head
+from bertknn_search.encoding.encoder import Encoder
+from bertknn_search.encoding.heads import model_has_head
 from bertknn_search.query.interpolate import interpolate
 from bertknn_search.output import render_answer, to_json
 from bertknn_search.server.client import answer_from_json

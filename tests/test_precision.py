@@ -14,9 +14,9 @@ from click.testing import CliRunner, Result
 
 from bertknn_search.cli import main
 from bertknn_search.config import Config
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.errors import ConfigError, IndexMismatchError
-from bertknn_search.placement import choose_precision
+from bertknn_search.encoding.placement import choose_precision
 from bertknn_search.records import IndexMeta
 
 AVX2 = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})

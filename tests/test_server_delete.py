@@ -13,7 +13,7 @@ import pytest
 from bertknn_search.backends import open_backend, searchable
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact, person_text
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.records import Article, Question
 from bertknn_search.query.search import Searcher

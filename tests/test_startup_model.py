@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bertknn_search.config import Config
-from bertknn_search.deferred_imports import deferred
+from bertknn_search.encoding.deferred_imports import deferred
 from bertknn_search.server import discovery
 
 
@@ -71,7 +71,7 @@ def test_a_deferred_module_is_imported_when_its_function_is_called(
 def test_the_model_loads_without_scipy_optimize(tiny_model: Path) -> None:
     probe = (
         "import sys\n"
-        "from bertknn_search.encoder import Encoder\n"
+        "from bertknn_search.encoding.encoder import Encoder\n"
         f"encoder = Encoder({str(tiny_model)!r}, 2, 'cpu', 64, 'fp32')\n"
         "encoder.mlm\n"
         "print('scipy.optimize' in sys.modules)\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bertknn_search import threads
+from bertknn_search.encoding import threads
 
 pytestmark = pytest.mark.reliability  # two processes on the same cores must not stall each other
 
@@ -59,7 +59,7 @@ def test_torch_uses_no_more_threads_than_the_cores(monkeypatch: pytest.MonkeyPat
 def test_placing_the_encoder_sizes_the_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from bertknn_search.placement import place
+    from bertknn_search.encoding.placement import place
 
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.eval.datasets import Fact as EvalFact
 from bertknn_search.eval.harness import NOT_ONE_TOKEN, prepare, vocab_mask
 from bertknn_search.ingest.contexts import make_rows

@@ -9,7 +9,7 @@ from bertknn_search.config import Config
 from bertknn_search.records import IndexMeta
 
 if TYPE_CHECKING:
-    from bertknn_search.encoder import Encoder
+    from bertknn_search.encoding.encoder import Encoder
 
 
 def open_backend(config: Config, create: IndexMeta | None = None, for_writing: bool = False) -> Backend:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bertknn_search.encoder import Encoder
+from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.contexts import RowTable
 from bertknn_search.records import IndexMeta
 

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from bertknn_search.encoder import MASK
+from bertknn_search.encoding.encoder import MASK
 from bertknn_search.stopwords import STOPWORDS
 
 STRATEGIES = ("mixed", "lexical", "sentence", "lead")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from bertknn_search.backends.base import Backend
-from bertknn_search.encoder import MASK
+from bertknn_search.encoding.encoder import MASK
 from bertknn_search.records import ArticleHit, Question
 
 _TRAILING_PUNCT = re.compile(r"[\s.?!]+$")

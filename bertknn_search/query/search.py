@@ -16,7 +16,7 @@ from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.base import Backend
 from bertknn_search.query.confidence import assess
 from bertknn_search.config import Config
-from bertknn_search.encoder import MASK, Encoder
+from bertknn_search.encoding.encoder import MASK, Encoder
 from bertknn_search.errors import ConfigError, IndexMismatchError, QuestionError
 from bertknn_search.query.evidence import with_evidence
 from bertknn_search.query.evidence_words import checked_words

@@ -24,7 +24,7 @@ class Writer:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer")
-        self._encoder: Any = None  # bertknn_search.encoder.Encoder, loaded by the first add
+        self._encoder: Any = None  # bertknn_search.encoding.encoder.Encoder, loaded by the first add
         self._lock = threading.Lock()
         self.adds = 0
         self.deletes = 0
@@ -46,7 +46,7 @@ class Writer:
 
     # -- on the writer thread --------------------------------------------------------------------------
     def _add(self, articles: list[Article]) -> Any:
-        from bertknn_search.encoder import Encoder
+        from bertknn_search.encoding.encoder import Encoder
         from bertknn_search.ingest.pipeline import ingest
 
         config = self.config

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from bertknn_search.model_lookup import config_path
+from bertknn_search.encoding.model_lookup import config_path
 
 # Architectures whose checkpoints carry a masked-LM head (``BertForPreTraining`` holds BERT's as well).
 # Any other named architecture (``BertModel``, ``BertForSequenceClassification``) has none.

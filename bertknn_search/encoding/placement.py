@@ -100,7 +100,7 @@ def place(device: str, precision: str = "auto") -> Placement:
     """
     import torch
 
-    from bertknn_search.threads import cpu_flags, size_torch_threads
+    from bertknn_search.encoding.threads import cpu_flags, size_torch_threads
 
     name = device.strip().lower()
     if name == "auto":
