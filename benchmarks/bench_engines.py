@@ -1,7 +1,7 @@
 """Embedded vs real OpenSearch and Elasticsearch nodes: eager ingest, warm questions, index size, one run.
 
 Same corpus, same model, same process. The engines are real nodes started from their Maven jars
-(``bertknn_search.engines.launch``), one JVM each on 127.0.0.1, both started before the first ingest and
+(``bertknn_search.nodes.launch``), one JVM each on 127.0.0.1, both started before the first ingest and
 kept up until the end, so that each backend's numbers are taken with the same JVMs resident.
 
 1. **Eager ingest** (``contexts="eager"``), one backend after another: contexts/s of ``ingest()`` end to
@@ -417,7 +417,7 @@ def warm_latency(searchers: dict[str, Searcher], questions: list[Question], roun
 
 # -- the run -----------------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from bertknn_search.engines.launch import Cluster, engine, free_port
+    from bertknn_search.nodes.launch import Cluster, engine, free_port
 
     if not args.source.exists():
         raise SystemExit(f"the enwiki fragment is not at {args.source}: pass --source")

@@ -1,6 +1,6 @@
 """``bertknn-search engine start``: a real OpenSearch or Elasticsearch on 127.0.0.1, no Docker.
 
-A thin layer over ``bertknn_search.engines.launch``, which the tests use too.
+A thin layer over ``bertknn_search.nodes.launch``, which the tests use too.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def start(name: str, port: int, nodes: int, data: Path | None, heap: str, no_pro
 
     Example: bertknn-search engine start elasticsearch --port 9201
     """
-    from bertknn_search.engines.launch import Cluster, EngineError, Stopped, engine
+    from bertknn_search.nodes.launch import Cluster, EngineError, Stopped, engine
 
     spec = engine(name)
     cluster = Cluster(spec, port=port, nodes=nodes, data=data, heap=heap)

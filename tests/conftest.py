@@ -139,7 +139,7 @@ class Engines:
         if name in self.failed:
             self._unavailable(name, self.failed[name])
         if name not in self.clusters:
-            from bertknn_search.engines.launch import Cluster, EngineError, engine, free_port
+            from bertknn_search.nodes.launch import Cluster, EngineError, engine, free_port
 
             cluster = Cluster(engine(name), port=free_port(), data=self.root / name)
             try:

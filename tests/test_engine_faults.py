@@ -1,7 +1,7 @@
 """Faults on real engine clusters: a node lost while questions run and while an add writes, the whole
 engine killed under an ingest, and an index that refuses writes.
 
-Each test runs on OpenSearch and on Elasticsearch, started from Maven jars (``engines/launch.py``): one
+Each test runs on OpenSearch and on Elasticsearch, started from Maven jars (``nodes/launch.py``): one
 3-node cluster per engine for the module (3 JVMs; the contexts index with 3 shards and 1 replica), and a
 single node of its own for the test that kills the whole engine. The client always talks to node 0; the
 node losses are of node 1 or 2. An engine that cannot start skips these tests with the reason, or fails
@@ -37,7 +37,7 @@ from bertknn_search.backends.engine_bodies import index_names
 from bertknn_search.backends.engine_client import RetryPolicy
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.engines.launch import Cluster, EngineError, engine, free_port
+from bertknn_search.nodes.launch import Cluster, EngineError, engine, free_port
 from bertknn_search.errors import BackendError
 from bertknn_search.ingest.pipeline import add_articles, ingest
 from bertknn_search.records import Question

@@ -50,7 +50,7 @@ from transformers import BertForMaskedLM, BertTokenizerFast
 
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.engines.launch import free_port
+from bertknn_search.nodes.launch import free_port
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.records import Question

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bertknn_search.engines.launch import EngineError, engine, find_java, free_port
+from bertknn_search.nodes.launch import EngineError, engine, find_java, free_port
 from tests.conftest import REQUIRE_ENGINES
 
 CLI = [sys.executable, "-m", "bertknn_search"]

@@ -2,7 +2,7 @@
  * Minimal launcher for a real Elasticsearch 8.x node built from Maven Central jars only
  * (server + transport-netty4 + their dependencies, see pom.xml in this directory).
  *
- *   mvn -q -s engines/maven-settings.xml -f engines/elasticsearch/pom.xml -Dengine.lib=LIB generate-resources
+ *   mvn -q -s nodes/maven-settings.xml -f engines/elasticsearch/pom.xml -Dengine.lib=LIB generate-resources
  *   javac -cp 'LIB/*' -d CLASSES engines/elasticsearch/Launcher.java
  *   java -Xms512m -Xmx512m -cp 'CLASSES:LIB/*' Launcher path.home=/tmp/es1 http.port=9250 \
  *        transport.port=9350 network.host=127.0.0.1 discovery.type=single-node

