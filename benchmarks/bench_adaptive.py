@@ -25,8 +25,8 @@ from bertknn_search import session
 from bertknn_search.errors import QuestionError
 from bertknn_search.eval.datasets import read_facts
 from bertknn_search.eval.relations import parse_relations
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 
 def parser() -> argparse.ArgumentParser:

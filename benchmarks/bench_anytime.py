@@ -64,8 +64,8 @@ from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.query.interpolate import rank
 from bertknn_search.query.knn import knn_probs
-from bertknn_search.records import Article, EncodedArticle, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Article, EncodedArticle, Question
 from bertknn_search.stopwords import STOPWORDS
 
 RELATIONS = SHARED / "lama" / "relations.jsonl"

@@ -31,8 +31,8 @@ from common import argument_parser, build_model, environment, percentiles, run_b
 from bertknn_search.config import Config
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from bertknn_search.server.batcher import MicroBatcher, Stopping
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -33,15 +33,15 @@ from typing import Any
 from bench_whole_word import minilm, trimmed_lama
 from common import environment, load_average, write_results
 
-from bertknn_search.query.confidence import HIGH, MEDIUM
 from bertknn_search.config import Config
 from bertknn_search.demo import make_facts, run_demo
 from bertknn_search.eval.calibration import Measured, bands, calibrate, measure
 from bertknn_search.eval.datasets import Fact, read_facts
 from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
 from bertknn_search.ingest.pipeline import ingest
-from bertknn_search.records import Question
+from bertknn_search.query.confidence import HIGH, MEDIUM
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMA = ROOT.parent / "shared" / "data" / "lama"

@@ -64,8 +64,8 @@ from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import MASK
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Article, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Article, Question
 from bertknn_search.stopwords import STOPWORDS
 
 BACKENDS = ("embedded", "opensearch", "elasticsearch")
@@ -202,7 +202,7 @@ def instrumented(meter: Meter) -> Iterator[None]:
     import opensearchpy.transport
     from opensearchpy.connection.base import Connection
 
-    from bertknn_search.backends.embedded import EmbeddedBackend
+    from bertknn_search.backends.embedded.backend import EmbeddedBackend
     from bertknn_search.backends.engine import EngineBackend
 
     inside = threading.local()  # whether this thread is inside add_articles

@@ -45,8 +45,8 @@ from common import argument_parser, environment, run_benchmark
 from bertknn_search.config import Config
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
-from bertknn_search.records import Answer, EncodeHooks, EncodeProgress, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Answer, EncodeHooks, EncodeProgress, Question
 from bertknn_search.server.batcher import MicroBatcher
 
 WARM_ARTICLES = 20

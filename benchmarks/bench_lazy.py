@@ -45,8 +45,8 @@ from bertknn_search.config import Config
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Article, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Article, Question
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FRAGMENT = SHARED / "wiki-sample" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"

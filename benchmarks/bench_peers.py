@@ -52,14 +52,14 @@ import tantivy
 from bench_scale import ENWIKI, questions, text_only_ingest, write_corpus
 from common import LAYER, build_model, dir_bytes, load_average, percentiles, write_results
 
-from bertknn_search.backends.article_index import FIRST_FETCH, SHOULD, field_texts
-from bertknn_search.backends.embedded import EmbeddedBackend
-from bertknn_search.backends.pruning import split_query
+from bertknn_search.backends.embedded.article_index import FIRST_FETCH, SHOULD, field_texts
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
+from bertknn_search.backends.embedded.pruning import split_query
 from bertknn_search.ingest.pipeline import TEXT_CHUNK_ARTICLES
 from bertknn_search.ingest.prepare import default_workers
 from bertknn_search.ingest.readers import read_articles
-from bertknn_search.records import Question
 from bertknn_search.query.retrieve import ir_query, retrieve
+from bertknn_search.records import Question
 from bertknn_search.terms import query_terms
 
 HERE = Path(__file__).resolve().parent

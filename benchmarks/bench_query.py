@@ -61,8 +61,8 @@ from bertknn_search.ingest.pipeline import CHUNK_ARTICLES, index_meta, ingest
 from bertknn_search.ingest.sentences import split_sentences
 from bertknn_search.query.interpolate import interpolate, rank
 from bertknn_search.query.knn import knn_probs
-from bertknn_search.records import Article, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Article, Question
 from bertknn_search.stopwords import STOPWORDS
 
 PAPER_QUERY_S = 2.0  # Kassner & Schütze 2020: one query on CPU

@@ -60,13 +60,13 @@ from common import (
     write_results,
 )
 
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.ingest.pipeline import TEXT_CHUNK_ARTICLES
 from bertknn_search.ingest.prepare import default_workers
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Article, Question
 from bertknn_search.query.retrieve import retrieve
+from bertknn_search.records import Article, Question
 from bertknn_search.stopwords import STOPWORDS
 
 MEDIAN_WORDS, SIGMA = 250, 1.18  # lognormal: mean = median * exp(sigma^2 / 2) = 500 words
@@ -143,7 +143,7 @@ def writer_threads(threads: int | None, batch: int) -> Iterator[None]:
     Before writes were sized to make one segment a thread, a write was 4,000 articles and had one thread
     per 1,000 of them up to the cores, with 64 MB of heap each: ``1:4000:2`` on 2 cores.
     """
-    from bertknn_search.backends import article_index
+    from bertknn_search.backends.embedded import article_index
 
     saved = article_index.DOCS_PER_THREAD, article_index.CORES_PER_THREAD
     if threads is not None:
@@ -271,7 +271,7 @@ def stage_rates(work: Path, n: int, seed: int) -> dict[str, Any]:
     sentence splitting), on one core; write: ``add_articles`` of the lazy ingest's writes with the field
     texts given (what the writer does), tantivy on one and on two indexing threads.
     """
-    from bertknn_search.backends import article_index
+    from bertknn_search.backends.embedded import article_index
     from bertknn_search.ingest.prepare import TextSpec, prepare
     from bertknn_search.ingest.readers import read_records
     from bertknn_search.records import EncodedArticle, IndexMeta
@@ -384,7 +384,7 @@ def repeat_dump(copies: int, out: Path) -> None:
 
 def xml_stages(dump: Path) -> dict[str, Any]:
     """Seconds and MB/s of the dump for each stage of a lazy ingest's text preparation, on one core."""
-    from bertknn_search.backends.article_index import field_texts
+    from bertknn_search.backends.embedded.article_index import field_texts
     from bertknn_search.ingest.prepare import article_fingerprint
     from bertknn_search.ingest.readers import finish, read_records
 

@@ -53,8 +53,8 @@ from common import (
 )
 
 from bertknn_search.config import Config
-from bertknn_search.records import Article, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Article, Question
 from bertknn_search.stopwords import STOPWORDS
 
 TOP = 10

@@ -37,14 +37,15 @@ from bench_query import make_questions
 from bench_scale import WikiShapedCorpus, text_only_ingest, write_corpus
 from common import LAYER, Progress, argument_parser, build_model, dir_bytes, environment, run_benchmark
 
-from bertknn_search.backends import embedded, text_codec
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded import backend as embedded
+from bertknn_search.backends.embedded import text_codec
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.config import Config
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 LEVELS = (1, 3, 9, 19)
 REAL_ARTICLES = 700  # the fragment's sentences fill about this many articles before they repeat

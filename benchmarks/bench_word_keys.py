@@ -33,8 +33,8 @@ from bertknn_search.ingest.contexts import word_spans
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Neighbors, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Neighbors, Question
 from bertknn_search.values import MAX_PIECES, word_key, word_value
 
 WIKI = Path(__file__).resolve().parents[2] / "shared/data/wiki-sample"

@@ -18,14 +18,14 @@ from pathlib import Path
 
 from common import build_model
 
-from bertknn_search.backends.article_index import field_texts
+from bertknn_search.backends.embedded.article_index import field_texts
 from bertknn_search.ingest.sentences import split_sentences
 
 # Run by each checkout's own python: the store may keep its text in its own form (compressed, say), and
 # a lazy index hands out an article it has no contexts of as it was ingested (``unencoded``).
 DUMP = """
 import json, sqlite3, sys
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 with sqlite3.connect(sys.argv[1] + "/index.sqlite") as conn:
     ids = [row[0] for row in conn.execute("SELECT id FROM articles")]
 backend = EmbeddedBackend.open(sys.argv[1])

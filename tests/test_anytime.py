@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertknn_search.backends import sqlite_file
+from bertknn_search.backends.embedded import sqlite_file
 from bertknn_search.backends.encode_order import Lexicon, order_rows
 from bertknn_search.backends.lazy import LazyDatastore
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import BackendError
 from bertknn_search.output import render_answer, to_json
-from bertknn_search.records import Answer, EncodeHooks, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Answer, EncodeHooks, Question
 from bertknn_search.server.batcher import MicroBatcher, Stopping
 from tests.conftest import long_article_index
 from tests.test_lazy import assert_same_answer, lazy_copy, lazy_index  # noqa: F401  (fixtures)

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-from bertknn_search.backends import article_index
-from bertknn_search.backends.article_index import LOCK, PENDING, ArticleBatch, field_texts
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded import article_index
+from bertknn_search.backends.embedded.article_index import LOCK, PENDING, ArticleBatch, field_texts
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.errors import BackendError
 from bertknn_search.records import Article, ContextBlock, EncodedArticle
 from bertknn_search.stopwords import STOPWORDS
@@ -175,8 +175,8 @@ def add_and_die(index_dir: Path, where: str) -> None:
     """Replace article 1 and add article 3 in a child process that dies (os._exit) at ``where``."""
     script = f"""
         import os
-        from bertknn_search.backends import article_index
-        from bertknn_search.backends.embedded import EmbeddedBackend
+        from bertknn_search.backends.embedded import article_index
+        from bertknn_search.backends.embedded.backend import EmbeddedBackend
         from tests.test_article_index import article
 
         def dying(real):
@@ -286,7 +286,7 @@ def test_two_writer_processes_at_once_leave_one_document_per_article(index_dir: 
     build(index_dir)
     script = """
         import sys
-        from bertknn_search.backends.embedded import EmbeddedBackend
+        from bertknn_search.backends.embedded.backend import EmbeddedBackend
         from tests.test_article_index import article
 
         who = sys.argv[1]

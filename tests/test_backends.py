@@ -20,8 +20,8 @@ from bertknn_search.backends.engine import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.ingest.pipeline import add_articles, ingest
-from bertknn_search.records import Question
 from bertknn_search.query.search import Scored, Searcher
+from bertknn_search.records import Question
 
 TOLERANCE = 1e-4
 QUESTION = "Many people in [MASK] knew Zorblat.\n"

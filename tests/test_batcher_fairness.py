@@ -21,8 +21,8 @@ import pytest
 from bertknn_search.backends import article_rows, lazy
 from bertknn_search.config import Config
 from bertknn_search.demo import FILLER
-from bertknn_search.records import Answer, Article, EncodeHooks, EncodeProgress, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Answer, Article, EncodeHooks, EncodeProgress, Question
 from bertknn_search.server.batcher import Abandoned, MicroBatcher, gather_answers
 
 TOWNS = ("Alpha Town", "Beta Town", "Gamma Town")

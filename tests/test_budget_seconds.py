@@ -11,8 +11,8 @@ from bertknn_search.backends import lazy
 from bertknn_search.cli import main
 from bertknn_search.config import CPU_BUDGET, CPU_BUDGET_S, UNBOUNDED, Config
 from bertknn_search.errors import ConfigError
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from tests.conftest import long_article_index
 
 LONG = Question("Long Town is near the [MASK].", "Long Town")

@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from bertknn_search.cli import main
-from bertknn_search.query.confidence import HIGH, LEVELS, MEDIUM, assess, level, signals
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.eval.calibration import auc, bands, calibrate, fit, held_out
 from bertknn_search.output import render_answer, render_coverage, to_json
-from bertknn_search.records import Answer, ArticleHit, Confidence, Coverage, Neighbors, Prediction, Question
+from bertknn_search.query.confidence import HIGH, LEVELS, MEDIUM, assess, level, signals
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Answer, ArticleHit, Confidence, Coverage, Neighbors, Prediction, Question
 from bertknn_search.server.client import answer_from_json
 
 

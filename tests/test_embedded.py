@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertknn_search.backends import text_codec
 from bertknn_search.backends.blocks import exact_knn
-from bertknn_search.backends.embedded import READABLE_VERSIONS, EmbeddedBackend
-from bertknn_search.backends.text_codec import TextCodec
+from bertknn_search.backends.embedded import text_codec
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
+from bertknn_search.backends.embedded.schema import READABLE_VERSIONS
+from bertknn_search.backends.embedded.text_codec import TextCodec
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
 
@@ -215,7 +216,8 @@ def test_wrong_dimension_is_rejected_and_nothing_written(backend: EmbeddedBacken
 
 
 def test_a_creation_never_replaces_an_index_another_process_created_first(tmp_path: Path) -> None:
-    from bertknn_search.backends import embedded, sqlite_file
+    from bertknn_search.backends.embedded import schema as embedded
+    from bertknn_search.backends.embedded import sqlite_file
 
     first = EmbeddedBackend.create(tmp_path / "idx", META)
     first.add_articles([encoded("1", "One", "one", [[0, 0, 0, 0]], [10])])
@@ -234,7 +236,7 @@ def test_files_of_killed_creations_are_removed_by_the_next_create(tmp_path: Path
     import subprocess
     import sys
 
-    from bertknn_search.backends.sqlite_file import BUILD_PREFIX
+    from bertknn_search.backends.embedded.sqlite_file import BUILD_PREFIX
 
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
@@ -267,7 +269,7 @@ def _no_shared_memory(monkeypatch: pytest.MonkeyPatch, read_only_volume: bool, w
     (Tests run as root here, where permissions do not stop writes; the real read-only mount is in
     test_reliability.)
     """
-    from bertknn_search.backends import sqlite_file
+    from bertknn_search.backends.embedded import sqlite_file
 
     real = sqlite_file._sqlite
 

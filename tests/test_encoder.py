@@ -95,8 +95,8 @@ def test_layer_out_of_range_names_the_range_and_the_last_layer(tiny_model: Path)
 
 @pytest.mark.parametrize("device", ["garbage", "meta", "cpu:99", "cpu:0", "cuda:", "cuda:x", "cuda:²"])
 def test_place_refuses_what_is_not_a_device(device: str) -> None:
-    from bertknn_search.errors import ConfigError
     from bertknn_search.encoding.placement import place
+    from bertknn_search.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         place(device)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertknn_search.backends.blocks import exact_knn
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.backends.engine import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta

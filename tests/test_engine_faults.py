@@ -37,11 +37,11 @@ from bertknn_search.backends.engine_bodies import index_names
 from bertknn_search.backends.engine_client import RetryPolicy
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.nodes.launch import Cluster, EngineError, engine, free_port
 from bertknn_search.errors import BackendError
 from bertknn_search.ingest.pipeline import add_articles, ingest
-from bertknn_search.records import Question
+from bertknn_search.nodes.launch import Cluster, EngineError, engine, free_port
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from tests.conftest import REQUIRE_ENGINES
 from tests.test_backends import assert_same, questions
 

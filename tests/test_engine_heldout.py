@@ -50,11 +50,11 @@ from transformers import BertForMaskedLM, BertTokenizerFast
 
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.nodes.launch import free_port
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.sentences import split_sentences
-from bertknn_search.records import Question
+from bertknn_search.nodes.launch import free_port
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import query_terms, tokenize
 from tests.conftest import REQUIRE_ENGINES

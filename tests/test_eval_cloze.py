@@ -15,8 +15,8 @@ from bertknn_search.config import Config
 from bertknn_search.eval.cloze import ClozeResult, cloze, leave_out
 from bertknn_search.eval.cloze_targets import Target
 from bertknn_search.ingest.pipeline import ingest
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 # "Quentons" is quenton ##s and "singers" singer ##s in the demo vocabulary: each comes back in other
 # sentences of its article, so a whole-word index can answer it from them.

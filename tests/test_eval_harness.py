@@ -14,8 +14,8 @@ from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.grid import grid_search
 from bertknn_search.eval.harness import BAD_QUESTION, NOT_IN_COMMON_VOCAB, NOT_ONE_TOKEN, evaluate
 from bertknn_search.eval.metrics import NO_ARTICLE, FactResult, macro_average
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 MODELS = ("bert", "knn", "bert_knn")
 

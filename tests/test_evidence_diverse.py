@@ -10,10 +10,10 @@ import pytest
 
 from bertknn_search.config import Config
 from bertknn_search.demo import build_tiny_model, vocabulary
-from bertknn_search.query.evidence import diverse_order
 from bertknn_search.ingest.pipeline import ingest
-from bertknn_search.records import Question
+from bertknn_search.query.evidence import diverse_order
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 SAME = "Ostrel Vanmark was born in Quillon."
 OTHER = "Ostrel Vanmark grew up in Quillon near the river."

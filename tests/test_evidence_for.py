@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.query.evidence_words import MAX_EVIDENCE_FOR
 from bertknn_search.output import to_json
-from bertknn_search.records import Question
+from bertknn_search.query.evidence_words import MAX_EVIDENCE_FOR
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 SHARP = 1.0  # the tiny model's l (see test_search.py)
 UNKNOWN = "xyzzq"  # [UNK] to the tiny model: never an answer

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
-from bertknn_search.query.gates import ALWAYS, confidence, learn_thresholds, retrieves
 from bertknn_search.ingest.pipeline import add_articles, ingest
-from bertknn_search.records import Question
+from bertknn_search.query.gates import ALWAYS, confidence, learn_thresholds, retrieves
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from tests.test_eval_datasets import write_jsonl
 
 KB = Question("Zorblat was born in [MASK].", "Zorblat")
@@ -246,7 +246,7 @@ def test_the_server_takes_the_gate_and_each_questions_popularity(built_index: Co
 def test_an_index_built_before_article_popularity_still_opens(index_copy: Config) -> None:
     import sqlite3
 
-    from bertknn_search.backends.embedded import EmbeddedBackend
+    from bertknn_search.backends.embedded.backend import EmbeddedBackend
 
     db = sqlite3.connect(index_copy.index / "index.sqlite")
     db.execute("DROP TABLE popularity")  # as an index of the previous release has it

@@ -14,8 +14,8 @@ from bertknn_search import demo
 from bertknn_search.cli import main
 from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.encoding.heads import model_has_head
-from bertknn_search.query.interpolate import interpolate
 from bertknn_search.output import render_answer, to_json
+from bertknn_search.query.interpolate import interpolate
 from bertknn_search.server.client import answer_from_json
 
 QUESTION = "Zorblat was born in [MASK]."

@@ -17,7 +17,7 @@ import pytest
 import zstandard
 from click.testing import CliRunner
 
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.errors import IndexCorruptError, InputFormatError

@@ -17,8 +17,8 @@ from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import LazyIndexError
 from bertknn_search.ingest.pipeline import add_articles, ingest
-from bertknn_search.records import Answer, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Answer, Question
 from tests.test_backends import questions as backend_questions
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bertknn_search.config import Config
-from bertknn_search.errors import ModelLoadError
 from bertknn_search.encoding.model_lookup import CACHE, LOCAL, locate_model
+from bertknn_search.errors import ModelLoadError
 from bertknn_search.session import open_index, resolve_config
 
 # Port 9 (discard) on the loopback: refused at once, so "the hub is unreachable" needs no network.

@@ -15,8 +15,8 @@ from click.testing import CliRunner, Result
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import Encoder
-from bertknn_search.errors import ConfigError, IndexMismatchError
 from bertknn_search.encoding.placement import choose_precision
+from bertknn_search.errors import ConfigError, IndexMismatchError
 from bertknn_search.records import IndexMeta
 
 AVX2 = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})
@@ -184,8 +184,8 @@ def test_a_lazy_encode_in_another_precision_is_refused(
     base_config: Config, corpus: Path, tmp_path: Path
 ) -> None:
     from bertknn_search.ingest.pipeline import ingest
-    from bertknn_search.records import Question
     from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
 
     config = base_config.replace(index=tmp_path / "lazy", contexts="lazy", precision="fp32")
     ingest(corpus, config, progress=False)

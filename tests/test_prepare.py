@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bertknn_search.backends.article_index import field_texts
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded.article_index import field_texts
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.errors import IndexMismatchError, InputFormatError
@@ -24,8 +24,8 @@ from bertknn_search.ingest import prepare as prepare_module
 from bertknn_search.ingest.prepare import TextPool, TextSpec, prepare
 from bertknn_search.ingest.readers import finish, read_articles, read_records
 from bertknn_search.ingest.sentences import SPLITTER
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from tests.test_reliability import WAIT, start_ingest, stored_articles, wait_for_articles, write_big_corpus
 
 SPEC = TextSpec(("model", "11", "single-wordpiece", "512"), split=True, ir_fields=True)

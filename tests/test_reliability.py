@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from bertknn_search.backends.embedded import EmbeddedBackend
-from bertknn_search.backends.sqlite_file import BUILD_PREFIX
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
+from bertknn_search.backends.embedded.sqlite_file import BUILD_PREFIX
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import CITIES, FILLER, PEOPLE
@@ -154,8 +154,8 @@ def test_interrupted_ingest_resumes_to_exactly_one_copy(
 
 
 def _query_worker(config: Config, question: str, subject: str, started, done, results) -> None:
-    from bertknn_search.records import Question
     from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
 
     searcher = Searcher.open(config)
     after_done = 0
@@ -221,8 +221,8 @@ def test_adds_while_other_processes_query(index_copy: Config, tmp_path: Path) ->
     # Every answer saw one whole version, never a mix or a part.
     assert sizes["v1"] != sizes["v2"]
     assert {(n, top) for _, n, top in seen} <= {(sizes["v1"], "yentil"), (sizes["v2"], "gorrash")}
-    from bertknn_search.records import Question
     from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
 
     s = Searcher.open(config)
     assert s.answer(Question("Vesplin was born in [MASK].", "Vesplin")).knn[0].word == "gorrash"

@@ -254,7 +254,7 @@ def test_duplicate_ids_are_counted_and_the_later_one_wins(index_copy: Config, tm
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output.strip().splitlines()[-1])
     assert (summary["articles"], summary["duplicates"], summary["replaced"]) == (3, 1, 1)
-    from bertknn_search.backends.embedded import EmbeddedBackend
+    from bertknn_search.backends.embedded.backend import EmbeddedBackend
 
     backend = EmbeddedBackend.open(index_copy.index)
     try:
@@ -469,7 +469,7 @@ def test_a_decompression_bomb_is_skipped_in_bounded_memory(
     assert found and int(found[1].replace(",", "")) >= BOMB, warning
     summary = json.loads(run.stdout)
     assert (summary["articles"], summary["too_large"]) == (2, 1)
-    from bertknn_search.backends.embedded import EmbeddedBackend
+    from bertknn_search.backends.embedded.backend import EmbeddedBackend
 
     backend = EmbeddedBackend.open(index)
     try:

@@ -13,8 +13,8 @@ from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import IndexMismatchError, QuestionError
 from bertknn_search.ingest.pipeline import add_articles
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 # The tiny random model's distances between different contexts are ~1.5-4, where BERT-base's are in the
 # hundreds; l=1 puts the kernel on the same footing as l=6 on BERT-base (the nearest context dominates).

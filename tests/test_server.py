@@ -20,8 +20,8 @@ from bertknn_search.backends import open_backend
 from bertknn_search.config import CPU_BUDGET, Config
 from bertknn_search.demo import Fact
 from bertknn_search.output import to_json
-from bertknn_search.records import Answer, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Answer, Question
 from bertknn_search.server.app import ServerSettings, create_app
 from bertknn_search.server.limits import RequestLimits
 

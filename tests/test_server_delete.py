@@ -15,8 +15,8 @@ from bertknn_search.config import Config
 from bertknn_search.demo import Fact, person_text
 from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.ingest.pipeline import ingest
-from bertknn_search.records import Article, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Article, Question
 
 QUERY = "Zorblat worked as a painter in the north"
 

@@ -10,8 +10,8 @@ import pytest
 
 from bertknn_search.config import Config
 from bertknn_search.output import render_answer
-from bertknn_search.server.client import answer_from_json
 from bertknn_search.query.split_words import MAX_WORDS, slot_words, split_words
+from bertknn_search.server.client import answer_from_json
 from tests.test_cli import run
 from tests.test_readers import GENSIM_DUMP
 

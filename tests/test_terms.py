@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertknn_search.backends.embedded import EmbeddedBackend
+from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.terms import query_terms, tokenize
 from tests.test_embedded import META, encoded
 

@@ -7,8 +7,8 @@ import random
 import pytest
 import zstandard
 
-from bertknn_search.backends import text_codec
-from bertknn_search.backends.text_codec import TextCodec, stored_size, train
+from bertknn_search.backends.embedded import text_codec
+from bertknn_search.backends.embedded.text_codec import TextCodec, stored_size, train
 
 LONG = "Zorblat was born in Quenton, a town on the river Farrow. " * 40
 TEXTS = [

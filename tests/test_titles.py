@@ -81,8 +81,8 @@ def test_a_subject_that_is_no_title_says_so_and_names_the_closest_titles(
     base_config: Config, tmp_path: Path
 ) -> None:
     from bertknn_search.output import render_answer
-    from bertknn_search.records import Question
     from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
 
     config = base_config.replace(index=tmp_path / "i")
     ingest(write(tmp_path / "t.jsonl"), config, progress=False)

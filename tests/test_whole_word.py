@@ -23,8 +23,8 @@ from bertknn_search.eval.harness import NOT_ONE_TOKEN, prepare, vocab_mask
 from bertknn_search.ingest.contexts import make_rows
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.knn import knn_probs
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from bertknn_search.values import Candidates, ValueSpace, word_value
 from tests.test_backends import assert_same
 

@@ -21,8 +21,8 @@ from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.harness import evaluate, vocab_mask
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.knn import knn_probs
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from bertknn_search.values import HASH_SPAN, WordKeys, word_key, word_value
 
 FIRST, SECOND = "zorblatingsingly", "lintmerelyknownedinged"

@@ -25,7 +25,7 @@ def open_backend(config: Config, create: IndexMeta | None = None, for_writing: b
         from bertknn_search.backends.engine import EngineBackend
 
         return EngineBackend.create(config, create) if create else EngineBackend.open(config)
-    from bertknn_search.backends.embedded import EmbeddedBackend
+    from bertknn_search.backends.embedded.backend import EmbeddedBackend
 
     if create:
         return EmbeddedBackend.create(config.index, create)

@@ -30,9 +30,9 @@ from bertknn_search.backends.encode_order import Lexicon, order_rows
 from bertknn_search.backends.memory_parts import MemoryParts
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import Encoder
+from bertknn_search.encoding.placement import check_precision
 from bertknn_search.errors import LazyIndexError
 from bertknn_search.ingest.contexts import RowTable
-from bertknn_search.encoding.placement import check_precision
 from bertknn_search.records import (
     ArticleHit,
     ContextBlock,

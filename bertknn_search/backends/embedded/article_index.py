@@ -43,7 +43,7 @@ from pathlib import Path
 import tantivy
 from filelock import FileLock, Timeout
 
-from bertknn_search.backends.pruning import bm25_total_docs, split_query
+from bertknn_search.backends.embedded.pruning import bm25_total_docs, split_query
 from bertknn_search.errors import BackendError, IndexCorruptError
 from bertknn_search.stopwords import STOPWORDS
 from bertknn_search.terms import BIGRAM_JOIN, document_text, tokenize

@@ -19,19 +19,29 @@ from pathlib import Path
 
 import numpy as np
 
-from bertknn_search.backends import codec, sqlite_file
-from bertknn_search.backends.article_index import IR_DIR, ArticleIndex, field_texts
-from bertknn_search.backends.article_index import PARTS as IR_PARTS
-from bertknn_search.backends.base import check_meta, extrapolate, text_fits_fingerprint
+from bertknn_search.backends import codec
+from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
-from bertknn_search.backends.embedded_parts import (
+from bertknn_search.backends.embedded import sqlite_file
+from bertknn_search.backends.embedded.article_index import IR_DIR, ArticleIndex, field_texts
+from bertknn_search.backends.embedded.article_index import PARTS as IR_PARTS
+from bertknn_search.backends.embedded.parts import (
     CONTEXTS,
     PART_TABLES,
     PARTS,
     ContextStoreSide,
     delete_rows,
 )
-from bertknn_search.backends.text_codec import TextCodec, stored_size, train
+from bertknn_search.backends.embedded.schema import (
+    DB_NAME,
+    GENERATION,
+    POPULARITY_TABLE,
+    SCHEMA,
+    SCHEMA_VERSION,
+    read_meta,
+)
+from bertknn_search.backends.embedded.text_codec import TextCodec, stored_size
+from bertknn_search.backends.embedded.texts import TextStoreSide
 from bertknn_search.errors import (
     BackendError,
     IndexCorruptError,
@@ -40,7 +50,6 @@ from bertknn_search.errors import (
     StoreWriteError,
 )
 from bertknn_search.records import (
-    Article,
     ArticleHit,
     ContextBlock,
     EncodedArticle,
@@ -50,68 +59,8 @@ from bertknn_search.records import (
 )
 from bertknn_search.terms import query_terms
 
-DB_NAME = sqlite_file.DB_NAME
-SCHEMA_VERSION = "5"  # 2: accent-folded terms, max_length; 3: tantivy, lazy contexts; 4: precision;
-# 5: texts and sentences stored zstd-compressed (text_codec), and whole-word values (a negative hash beside
-# token ids, see values.py) under the whole-word policies. The versions this code opens: a "4" index
-# holds plain TEXT rows, which are read as they are, and becomes "5" at its first write that stores text or
-# contexts (rows then mix).
-READABLE_VERSIONS = ("4", SCHEMA_VERSION)
-# How a stored text is checked against its article's row (``_article_text``): an article of n characters
-# holds at most 4n bytes of UTF-8, and its sentence list's JSON at most 6 bytes a character (an escaped
-# control character) and 4 a sentence (its quotes and separator); this bound is looser still.
-UTF8_BYTES_PER_CHAR = 4
-SENTENCES_BYTES_PER_CHAR = 16
-SENTENCES_SLACK = 4096
-DICTIONARY_KEY = "text_dictionary"  # meta: the zstd dictionary trained on the first large write
-POPULARITY_TABLE = (
-    "CREATE TABLE IF NOT EXISTS popularity"
-    " (article INTEGER PRIMARY KEY REFERENCES articles(rowid), value REAL NOT NULL)"
-)
-GENERATION = "SELECT value FROM meta WHERE key = 'generation'"  # +1 by every write of articles
 
-SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS articles (
-    rowid INTEGER PRIMARY KEY,
-    id TEXT UNIQUE NOT NULL,
-    title TEXT NOT NULL,
-    title_key TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    n_sentences INTEGER NOT NULL,
-    n_contexts INTEGER NOT NULL,
-    ir_version INTEGER NOT NULL,
-    n_chars INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS articles_title ON articles(title_key);
-CREATE TABLE IF NOT EXISTS popularity (
-    article INTEGER PRIMARY KEY REFERENCES articles(rowid),
-    value REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS contexts (
-    article INTEGER PRIMARY KEY REFERENCES articles(rowid),
-    sentences TEXT NOT NULL,
-    vectors BLOB NOT NULL,
-    token_ids BLOB NOT NULL,
-    sentence_ids BLOB NOT NULL,
-    starts BLOB NOT NULL,
-    ends BLOB NOT NULL,
-    used REAL NOT NULL DEFAULT 0,
-    bytes INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS contexts_used ON contexts(used);
--- A lazy index keeps each article's text until (and after) its contexts are encoded.
-CREATE TABLE IF NOT EXISTS texts (
-    article INTEGER PRIMARY KEY REFERENCES articles(rowid),
-    text TEXT NOT NULL
-);
-"""
-    + PART_TABLES
-)
-
-
-class EmbeddedBackend(ContextStoreSide):
+class EmbeddedBackend(ContextStoreSide, TextStoreSide):
     """The default backend: a directory holding ``index.sqlite``."""
 
     name = "embedded"
@@ -210,7 +159,7 @@ class EmbeddedBackend(ContextStoreSide):
             raise sqlite_file.missing_index(path, IR_PARTS)
         conn, read_only = sqlite_file.connect(db)
         try:
-            meta = _read_meta(conn, path)
+            meta = read_meta(conn, path)
             backend = cls(path, conn, meta, ArticleIndex.open(path, bool(read_only)), read_only)
             if for_writing:
                 backend._check_writable()
@@ -351,63 +300,6 @@ class EmbeddedBackend(ContextStoreSide):
             "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rowid, sentences, *columns, time.time(), size),
         )
-
-    # -- stored text (text_codec) -------------------------------------------------------------------
-    def _text_codec(self, cur: sqlite3.Cursor) -> TextCodec:
-        """The codec with the index's dictionary, once one is stored (it never changes after)."""
-        if self._codec.dictionary is None:
-            row = cur.execute("SELECT value FROM meta WHERE key = ?", (DICTIONARY_KEY,)).fetchone()
-            if row is not None and isinstance(row[0], bytes):
-                self._codec = TextCodec(row[0])
-        return self._codec
-
-    def _train_codec(self, cur: sqlite3.Cursor, texts: list[str]) -> None:
-        """Train and store the index's dictionary on the first write with enough texts to train on."""
-        if self._text_codec(cur).dictionary is not None:
-            return
-        dictionary = train(texts)
-        if dictionary is not None:
-            cur.execute("INSERT INTO meta VALUES (?, ?)", (DICTIONARY_KEY, dictionary))
-            self._codec = TextCodec(dictionary)
-
-    def _unpack(self, stored: str | bytes, what: str, max_bytes: int | None = None) -> str:
-        """A stored text or sentence list of at most ``max_bytes`` bytes (``TextCodec.unpack``); ``what``
-        names it in the error ("text of article 'x' is")."""
-        try:
-            return self._codec.unpack(stored, max_bytes)
-        except ValueError as exc:
-            raise self._damaged(what, str(exc)) from exc
-
-    def _damaged(self, what: str, why: str) -> IndexCorruptError:
-        return IndexCorruptError(
-            f"index at {self.path}: the stored {what} damaged ({why}); add that article again or rebuild"
-            " the index with ingest"
-        )
-
-    def _article_text(
-        self,
-        article_id: str,
-        title: str,
-        stored: str | bytes,
-        n_chars: int,
-        fingerprint: str,
-        popularity: float | None,
-    ) -> str:
-        """An article's stored text, checked against its row in ``articles``.
-
-        Decompressed only up to the bytes its recorded length (``n_chars``) allows, it must have that
-        many characters, and, where the article's fingerprint is one ingest computed (20 hex digits of
-        ``article_fingerprint``), give that fingerprint again with the index's settings, its title and
-        popularity: a frame or text of another article (or an integer, which SQLite gives back as text)
-        is an IndexCorruptError naming the article, never another article's text.
-        """
-        what = f"text of article {article_id!r} is"
-        text = self._unpack(stored, what, UTF8_BYTES_PER_CHAR * max(n_chars, 0))
-        if len(text) != n_chars:
-            raise self._damaged(what, f"{len(text):,} characters where the article records {n_chars:,}")
-        if not text_fits_fingerprint(Article(article_id, title, text, popularity), fingerprint, self._meta):
-            raise self._damaged(what, "not the text its article's fingerprint was made from")
-        return text
 
     @contextmanager
     def _write(self, articles: int, stores: bool = True) -> Iterator[sqlite3.Cursor]:
@@ -596,21 +488,6 @@ class EmbeddedBackend(ContextStoreSide):
         texts = {aid: self._sentence_list(aid, s, n) for aid, s, n in rows}
         return [texts[aid][i] if aid in texts and i < len(texts[aid]) else "" for aid, i in refs]
 
-    def _sentence_list(self, article_id: str, stored: str | bytes, n_chars: int | None = None) -> list[str]:
-        """An article's stored sentence list; decompressed only up to what ``n_chars`` characters allow."""
-        bound = None if n_chars is None else SENTENCES_BYTES_PER_CHAR * max(n_chars, 0) + SENTENCES_SLACK
-        try:
-            value = json.loads(self._unpack(stored, f"sentences of article {article_id!r} are", bound))
-        except (TypeError, ValueError) as exc:
-            value = exc
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise IndexCorruptError(
-                f"index at {self.path}: the stored sentences of article {article_id!r} are damaged"
-                f" ({value if isinstance(value, Exception) else 'not a list of strings'});"
-                " add that article again or rebuild the index with ingest"
-            )
-        return value
-
     def titles(self, article_ids: Sequence[str]) -> dict[str, str]:
         ids = list(dict.fromkeys(article_ids))
         with self._read() as cur:
@@ -654,47 +531,6 @@ class EmbeddedBackend(ContextStoreSide):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
-    try:
-        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
-        if "schema_version" not in rows:
-            if "articles" in tables and conn.execute("SELECT EXISTS (SELECT 1 FROM articles)").fetchone()[0]:
-                raise IndexCorruptError(
-                    f"index at {path} cannot be read (it holds articles but no metadata): it is damaged;"
-                    " restore it from a backup or ingest again into a new --index"
-                )
-            # Only an older version could publish a file before its metadata; it holds no data.
-            raise IndexIncompleteError(
-                f"index at {path} was never completely created (an ingest stopped while creating it);"
-                " run 'bertknn-search ingest wiki' again to create it"
-            )
-        if rows["schema_version"] not in READABLE_VERSIONS:
-            raise IndexCorruptError(
-                f"index at {path} has schema version {rows['schema_version']!r}, this version of"
-                f" bertknn-search reads {' and '.join(READABLE_VERSIONS)}; ingest again into a new --index"
-            )
-        return IndexMeta(
-            model=rows["model"],
-            layer=int(rows["layer"]),
-            dim=int(rows["dim"]),
-            vocab_size=int(rows["vocab_size"]),
-            mask_policy=rows["mask_policy"],
-            store_dtype=rows["store_dtype"],
-            max_length=int(rows["max_length"]),
-            contexts=rows["contexts"],
-            precision=rows["precision"],
-            splitter=rows.get("splitter", ""),  # absent in indexes made before it was recorded
-        )
-    except sqlite3.Error as exc:
-        raise sqlite_file.read_error(path, exc) from exc
-    except (KeyError, ValueError) as exc:
-        raise IndexCorruptError(
-            f"index at {path} cannot be read (its metadata lacks or garbles {exc}): it is damaged;"
-            " restore it from a backup or rebuild it with ingest"
-        ) from exc
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bertknn_search.backends.text_codec import TextCodec, stored_size
+from bertknn_search.backends.embedded.text_codec import TextCodec, stored_size
 from bertknn_search.records import (
     Article,
     ContextBlock,
