@@ -203,7 +203,7 @@ def instrumented(meter: Meter) -> Iterator[None]:
     from opensearchpy.connection.base import Connection
 
     from bertknn_search.backends.embedded.backend import EmbeddedBackend
-    from bertknn_search.backends.engine import EngineBackend
+    from bertknn_search.backends.engines.backend import EngineBackend
 
     inside = threading.local()  # whether this thread is inside add_articles
 
@@ -254,7 +254,7 @@ def cpu_seconds(pid: int) -> float:
 # -- the engines -------------------------------------------------------------------------------------
 def engine_admin(config: Config) -> Any:
     """An opened EngineBackend (its client and index names) for flushes, merges and stats."""
-    from bertknn_search.backends.engine import EngineBackend
+    from bertknn_search.backends.engines.backend import EngineBackend
 
     return EngineBackend.open(config)
 

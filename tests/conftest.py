@@ -178,10 +178,10 @@ def engine_config(base: Config, engines: Engines, name: str, prefix: str) -> Con
 
 def drop_indices(config: Config) -> None:
     """Delete the index pair of ``config`` (a test's own prefix) from its engine."""
-    from bertknn_search.backends.dialects import dialect
-    from bertknn_search.backends.engine_bodies import index_names
+    from bertknn_search.backends.engines import dialect_for
+    from bertknn_search.backends.engines.bodies import index_names
 
-    client = dialect(config.backend).client(config)
+    client = dialect_for(config.backend).client(config)
     try:
         client.indices.delete(index=",".join(index_names(config.opensearch_prefix).values()))
     except Exception:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bertknn_search.backends.engine import EngineBackend
+from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.ingest.pipeline import add_articles, ingest

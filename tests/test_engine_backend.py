@@ -18,11 +18,11 @@ from opensearchpy import JSONSerializer
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 
-from bertknn_search.backends import engine as engine_module
-from bertknn_search.backends import engine_bodies as bodies
-from bertknn_search.backends.dialects import OpenSearchDialect, dialect
-from bertknn_search.backends.engine import EngineBackend
-from bertknn_search.backends.engine_client import RetryPolicy
+from bertknn_search.backends.engines import backend as engine_module
+from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.engines.backend import EngineBackend
+from bertknn_search.backends.engines.client import RetryPolicy
+from bertknn_search.backends.engines.opensearch import OpenSearchDialect
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
@@ -79,7 +79,7 @@ def backend(config: Config) -> Iterator[EngineBackend]:
 
 def raw(config: Config) -> Any:
     """The engine's own client, for looking behind the backend's back."""
-    return dialect(config.backend).client(config)
+    return dialect_for(config.backend).client(config)
 
 
 def connection_error(config: Config) -> Exception:
@@ -185,9 +185,10 @@ def test_replacing_an_article_removes_its_old_contexts(backend: EngineBackend, c
 def test_deletes_past_one_page_of_ids_are_scrolled(
     backend: EngineBackend, config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bertknn_search.backends import dialects
+    from bertknn_search.backends.engines import dialect, elasticsearch, opensearch
 
-    monkeypatch.setattr(dialects, "SCAN_PAGE", 2)  # article 3's 4 old contexts: a page and a scroll
+    for module in (dialect, opensearch, elasticsearch):  # article 3's 4 old contexts: a page and a scroll
+        monkeypatch.setattr(module, "SCAN_PAGE", 2)
     backend.add_articles(ARTICLES)
     backend.add_articles([article("3", "Flarn River", "The Flarn River is dry.", 1, "b3", seed=4)])
     assert [i for i in context_ids(config) if i.startswith("3:")] == ["3:b3:0"]
@@ -196,7 +197,7 @@ def test_deletes_past_one_page_of_ids_are_scrolled(
 
 
 def test_requests_are_compressed_only_off_this_machine() -> None:
-    from bertknn_search.backends.dialects import Connection
+    from bertknn_search.backends.engines.dialect import Connection
 
     def remote(url: str) -> bool:
         return Connection(url, None, None, None, True).remote
@@ -249,7 +250,7 @@ def test_wrong_vector_dimension_writes_nothing(backend: EngineBackend) -> None:
 
 def test_bulk_rejection_is_one_line_and_hides_the_article(config: Config) -> None:
     # An index whose mapping disagrees with its _meta: the server rejects every context.
-    made = dialect(config.backend).create_bodies(bodies.meta_doc(META), 4)
+    made = dialect_for(config.backend).create_bodies(bodies.meta_doc(META), 4)
     client = raw(config)
     for kind, name in bodies.index_names("bk").items():
         client.indices.create(index=name, body=made[kind])
@@ -259,8 +260,8 @@ def test_bulk_rejection_is_one_line_and_hides_the_article(config: Config) -> Non
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(
-        f"{dialect(config.backend).title} at {url(config)} rejected 3 of 3 documents while trying to write"
-        " contexts (first: index '1:a1:0', status 400, "
+        f"{dialect_for(config.backend).title} at {url(config)} rejected 3 of 3 documents while trying to"
+        " write contexts (first: index '1:a1:0', status 400, "
     )
     assert "dimension" in message.lower()
     assert backend.fingerprints(["1"]) == {}
@@ -336,7 +337,7 @@ def test_add_that_gave_up_can_be_run_again(
         return real_bulk(*args, **kwargs)
 
     patch_bulk(monkeypatch, backend, dying_bulk)
-    title = dialect(config.backend).title
+    title = dialect_for(config.backend).title
     with pytest.raises(
         BackendError, match=rf"^cannot reach {title} at .* to write contexts after 3 attempts"
     ):

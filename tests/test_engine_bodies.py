@@ -11,9 +11,11 @@ from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 
 from bertknn_search.backends import codec
-from bertknn_search.backends import engine_bodies as bodies
-from bertknn_search.backends.dialects import ElasticsearchDialect, OpenSearchDialect
-from bertknn_search.backends.engine_client import bulk_error_message, describe, is_transient, public_url
+from bertknn_search.backends.engines import bodies
+from bertknn_search.backends.engines.client import bulk_error_message, describe, is_transient
+from bertknn_search.backends.engines.dialect import public_url
+from bertknn_search.backends.engines.elasticsearch import ElasticsearchDialect
+from bertknn_search.backends.engines.opensearch import OpenSearchDialect
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError, IndexCorruptError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta

@@ -11,7 +11,7 @@ import pytest
 
 from bertknn_search.backends.blocks import exact_knn
 from bertknn_search.backends.embedded.backend import EmbeddedBackend
-from bertknn_search.backends.engine import EngineBackend
+from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.records import Article, ContextBlock, EncodedArticle, IndexMeta
 

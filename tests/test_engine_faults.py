@@ -31,10 +31,11 @@ from typing import Any, NoReturn
 import numpy as np
 import pytest
 
-from bertknn_search.backends import engine_bodies, open_backend
-from bertknn_search.backends.engine import EngineBackend
-from bertknn_search.backends.engine_bodies import index_names
-from bertknn_search.backends.engine_client import RetryPolicy
+from bertknn_search.backends import open_backend
+from bertknn_search.backends.engines import bodies as engine_bodies
+from bertknn_search.backends.engines.backend import EngineBackend
+from bertknn_search.backends.engines.bodies import index_names
+from bertknn_search.backends.engines.client import RetryPolicy
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import BackendError

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from bertknn_search.backends.dialects import dialect
-from bertknn_search.backends.engine import EngineBackend
-from bertknn_search.backends.engine_bodies import index_names
+from bertknn_search.backends.engines import dialect_for
+from bertknn_search.backends.engines.backend import EngineBackend
+from bertknn_search.backends.engines.bodies import index_names
 from bertknn_search.config import Config
 from bertknn_search.errors import IndexCorruptError
 from bertknn_search.ingest.pipeline import ingest
 
 
 def edit_article(config: Config, article_id: str, fields: dict[str, Any]) -> None:
-    client = dialect(config.backend).client(config)
+    client = dialect_for(config.backend).client(config)
     try:
         name = index_names(config.opensearch_prefix)["articles"]
         if config.backend == "elasticsearch":

@@ -267,7 +267,7 @@ def test_an_index_built_before_article_popularity_still_opens(index_copy: Config
 def test_an_engine_index_made_before_popularity_takes_one(
     tmp_path: Path, cluster_config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bertknn_search.backends import engine_bodies as bodies
+    from bertknn_search.backends.engines import bodies
 
     config = cluster_config
     without, with_it = POP_ROWS[1:], POP_ROWS[:1]

@@ -213,12 +213,12 @@ def test_the_ingest_says_what_it_encodes_in(base_config: Config, corpus: Path, t
 
 
 def test_opensearch_meta_carries_the_precision() -> None:
-    from bertknn_search.backends import engine_bodies as bodies
+    from bertknn_search.backends.engines import bodies
 
     meta = IndexMeta("bert-base-uncased", 11, 8, 30522, "single-wordpiece", precision="int8")
-    from bertknn_search.backends.dialects import dialect
+    from bertknn_search.backends.engines import dialect_for
 
-    made = dialect("opensearch").create_bodies(bodies.meta_doc(meta), meta.dim)
+    made = dialect_for("opensearch").create_bodies(bodies.meta_doc(meta), meta.dim)
     names = {"articles": "p-articles", "contexts": "p-contexts"}
     response = {names[kind]: {"mappings": made[kind]["mappings"]} for kind in ("articles", "contexts")}
     assert bodies.meta_from_mappings(response, names, "here").precision == "int8"

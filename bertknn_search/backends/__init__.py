@@ -22,7 +22,7 @@ def open_backend(config: Config, create: IndexMeta | None = None, for_writing: b
         IndexNotFoundError, IndexCorruptError, IndexMismatchError, BackendError.
     """
     if config.backend != "embedded":  # a search engine: one layer, the engine's dialect inside it
-        from bertknn_search.backends.engine import EngineBackend
+        from bertknn_search.backends.engines.backend import EngineBackend
 
         return EngineBackend.create(config, create) if create else EngineBackend.open(config)
     from bertknn_search.backends.embedded.backend import EmbeddedBackend

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from bertknn_search.backends.engines.dialect import Dialect, PartialAnswer
 from bertknn_search.errors import BackendError
-
-if TYPE_CHECKING:
-    from bertknn_search.backends.dialects import Dialect
 
 T = TypeVar("T")
 
@@ -27,38 +24,6 @@ class RetryPolicy:
     attempts: int = 5
     initial_backoff: float = 0.5
     max_backoff: float = 8.0
-
-
-def public_url(url: str) -> str:
-    """``url`` without any ``user:password@`` part: the only form that is ever shown or logged."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"  # IPv6 literal
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
-class PartialAnswer(Exception):
-    """An engine answered from some of its shards only (a node lost): worth another try."""
-
-
-def whole_answer(response: dict[str, Any], index: str) -> None:
-    """Raise ``PartialAnswer`` where a search left shards out or an mget could not read a document.
-
-    ``allow_partial_search_results=false`` makes the engine refuse most of these itself; this also
-    catches an engine that ignores it and the per-document errors an mget answers with 200.
-    """
-    shards = response.get("_shards") or {}
-    if shards.get("failed"):
-        reasons = shards.get("failures") or [{}]
-        cause = (reasons[0].get("reason") or {}).get("type", "unknown")
-        raise PartialAnswer(f"{shards['failed']} of {shards.get('total')} shards of {index} failed ({cause})")
-    errors = [d for d in response.get("docs", ()) if d.get("error")]
-    if errors:
-        error = errors[0]["error"]
-        cause = error.get("type", "unknown") if isinstance(error, dict) else str(error)
-        raise PartialAnswer(f"{len(errors)} documents of {index} could not be read ({cause})")
 
 
 def is_transient(exc: BaseException, engine: Dialect) -> bool:

@@ -5,7 +5,7 @@ its article doc naming that generation, then older generations are deleted. Read
 up in the article doc and filter on it, so an article is never half-visible and a replaced article never
 mixes old and new contexts. Shared request bodies live in ``engine_bodies``, retries and messages in
 ``engine_client``; what the two engines do differently (their client, vector mapping and kNN bodies) is
-the ``dialects`` module's.
+the dialects' (``dialect.py``, ``opensearch.py``, ``elasticsearch.py``).
 """
 
 from __future__ import annotations
@@ -17,27 +17,19 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from bertknn_search.backends import engine_bodies as bodies
 from bertknn_search.backends.base import check_meta, extrapolate
-from bertknn_search.backends.dialects import Dialect, dialect
-from bertknn_search.backends.engine_client import (
-    RetryPolicy,
-    bulk_error_message,
-    call,
-    public_url,
-    whole_answer,
-)
+from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.engines.client import RetryPolicy, bulk_error_message, call
+from bertknn_search.backends.engines.contexts import EngineContextSide
+from bertknn_search.backends.engines.dialect import Dialect, public_url, whole_answer
 from bertknn_search.config import Config
-from bertknn_search.errors import BackendError, ConfigError, IndexMismatchError, IndexNotFoundError
+from bertknn_search.errors import BackendError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import (
     ArticleHit,
-    Coverage,
     EncodedArticle,
-    EncodePlan,
     IndexMeta,
     IndexStats,
     Neighbors,
-    PendingArticle,
 )
 
 T = TypeVar("T")
@@ -51,7 +43,7 @@ GENERATION_RETRIES = 3  # searches of one kNN query while the articles it search
 BULK_SETTINGS = {"refresh_interval": "-1"}
 
 
-class EngineBackend:
+class EngineBackend(EngineContextSide):
     """The OpenSearch or Elasticsearch backend: ``<prefix>-articles`` and ``<prefix>-contexts``."""
 
     retry: ClassVar[RetryPolicy] = RetryPolicy()
@@ -84,7 +76,7 @@ class EngineBackend:
             IndexMismatchError: the indices exist and were built with other encoding settings.
             IndexCorruptError, BackendError, ConfigError: see ``open``.
         """
-        engine = dialect(config.backend)
+        engine = dialect_for(config.backend)
         client = engine.client(config)
         url = public_url(engine.connection(config).url or "")
         names = bodies.index_names(config.opensearch_prefix)
@@ -109,7 +101,7 @@ class EngineBackend:
             BackendError: the cluster cannot be reached or refuses.
             ConfigError: no usable URL or CA file.
         """
-        engine = dialect(config.backend)
+        engine = dialect_for(config.backend)
         client = engine.client(config)
         try:
             return cls._open(client, config, engine)
@@ -232,149 +224,6 @@ class EngineBackend:
                 f"article {item.article.id!r} has vectors of shape {shape};"
                 f" the index dimension is {self._meta.dim}"
             )
-
-    # -- the lazy datastore's side (ContextStore) ---------------------------------------------------
-    def ensure_contexts(self, article_ids: Sequence[str], plan: EncodePlan | None = None) -> int:
-        """Nothing to do here: a lazy index is searched through ``LazyDatastore``, which encodes."""
-        return 0
-
-    def encode_more(self, max_contexts: int, plan: EncodePlan | None = None) -> int:
-        return 0
-
-    @property
-    def read_only(self) -> str:
-        return ""
-
-    def unencoded(self, article_ids: Sequence[str]) -> list[PendingArticle]:
-        fields = ["title", "text", "fingerprint", "popularity", "encoded", *bodies.PART_FIELDS, "sentences"]
-        docs = self._mget(sorted(set(article_ids)), fields, realtime=True)
-        out = []
-        for aid, src in sorted(docs.items()):
-            gen = bodies.generation(aid, src["fingerprint"])
-            if "text" not in src or src.get("encoded") == gen:
-                continue
-            article = bodies.stored_article(aid, src, self._meta, self.location)
-            done = np.flatnonzero(bodies.done_rows(src, aid, src["fingerprint"]))
-            sentences = src.get("sentences") if src.get("partial") == gen else None
-            out.append(PendingArticle(article, src["fingerprint"], done, sentences))
-        return out
-
-    def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
-        if self._meta.contexts != "lazy":
-            return {}
-        fields = ["fingerprint", "encoded", "n_contexts", "partial", "n_rows", "n_done"]
-        out = {}
-        for aid, src in self._mget(sorted(set(article_ids)), fields, realtime=True).items():
-            gen = bodies.generation(aid, src["fingerprint"])
-            if src.get("encoded") == gen:
-                out[aid] = Coverage(int(src.get("n_contexts") or 0), int(src.get("n_contexts") or 0))
-            elif src.get("partial") == gen:
-                out[aid] = Coverage(int(src.get("n_done") or 0), int(src.get("n_rows") or 0))
-        return out
-
-    def partial_articles(self, limit: int) -> list[str]:
-        if not self._has_parts:
-            return []
-        body = {
-            "size": limit,
-            "query": {"exists": {"field": "partial"}},
-            "sort": [{"id": "asc"}],
-            "_source": False,
-        }
-        response = self._search("find partly encoded articles", "articles", body)
-        return [hit["_id"] for hit in response["hits"]["hits"]]
-
-    def touch(self, article_ids: Sequence[str]) -> None:
-        """Nothing: this backend keeps every context it encodes (see ``evict_contexts``)."""
-
-    def put_contexts(self, items: Sequence[EncodedArticle]) -> int:
-        """Bulk-write contexts under each article's generation, then name it in the article doc.
-
-        Context ids are deterministic, so two processes encoding one article converge on one copy. An
-        article replaced meanwhile keeps its new doc: its ``encoded`` names the generation it has only
-        once contexts of that generation are written, and the contexts written here for the old text
-        are deleted again.
-        """
-        latest = [i for i in {i.article.id: i for i in items}.values() if i.contexts is not None]
-        if not latest:
-            return 0
-        for item in latest:
-            self._check_dim(item)
-        contexts, articles = self.names["contexts"], self.names["articles"]
-        dtype = self._meta.store_dtype
-        self._bulk(
-            "write contexts", lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype))
-        )
-        self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
-        fields = ["fingerprint", "partial", "done", "n_rows"]
-        current = self._mget([i.article.id for i in latest], fields, realtime=True)
-        fresh = [i for i in latest if current.get(i.article.id, {}).get("fingerprint") == i.fingerprint]
-        if any(i.rows is not None for i in fresh):
-            self._ensure_part_fields()
-        self._bulk(
-            "mark articles encoded",
-            lambda: (
-                {
-                    "_op_type": "update",
-                    "_index": articles,
-                    "_id": i.article.id,
-                    "doc": self._encoded_doc(i, current[i.article.id]),
-                }
-                for i in fresh
-            ),
-        )
-        self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
-        stale = [i for i in latest if i not in fresh]
-        if stale:
-            gens = sorted(bodies.generation(i.article.id, i.fingerprint) for i in stale)
-            self._delete_where(
-                "delete contexts of replaced texts", contexts, {"query": {"terms": {"generation": gens}}}
-            )
-        return len(fresh)
-
-    def _encoded_doc(self, item: EncodedArticle, source: dict[str, Any]) -> dict[str, Any]:
-        """The article-doc fields after ``item`` is stored: whole once every row of it is.
-
-        Two processes storing parts of one article at once may each miss the other's rows here; those
-        rows are then encoded again later, and their deterministic ids keep one copy of each.
-        """
-        aid, block = item.article.id, item.contexts
-        assert block is not None
-        if item.rows is None:
-            whole = bodies.encoded_fields(aid, item.fingerprint, block)
-            return whole | ({name: None for name in bodies.PART_FIELDS} if self._has_parts else {})
-        total = item.total or len(block)
-        done = bodies.done_rows({**source, "n_rows": total}, aid, item.fingerprint)
-        done[item.rows] = True
-        if done.all():
-            counts = {"encoded": bodies.generation(aid, item.fingerprint), "n_contexts": total}
-            return (
-                counts
-                | {"n_sentences": len(block.sentences), "sentences": list(block.sentences)}
-                | {name: None for name in bodies.PART_FIELDS}
-            )
-        return bodies.part_fields(aid, item.fingerprint, done, block.sentences)
-
-    def _ensure_part_fields(self) -> None:
-        """Add the part fields to an articles index made before them (see ``_ensure_popularity_field``)."""
-        if self._has_parts:
-            return
-        properties = bodies.load_mapping(f"{self.name}-articles")["mappings"]["properties"]
-        body = {"properties": {name: properties[name] for name in bodies.PART_FIELDS}}
-        name, put = self.names["articles"], self.client.indices.put_mapping
-        self._call("add the part fields", lambda: put(index=name, body=body))
-        self._has_parts = True
-
-    def evict_contexts(self, budget: int, keep: Sequence[str]) -> int:
-        """Not offered: a cluster grows by nodes, and usage times would cost a write per query.
-
-        Raises:
-            ConfigError: always.
-        """
-        raise ConfigError(
-            f"--cache-size is for the embedded backend; the {self.dialect.title} index at {self.location}"
-            " keeps every context it encodes (drop --cache-size)"
-        )
 
     def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]]) -> None:
         """Send ``actions()`` with streaming_bulk, re-sending the whole batch after a network error.

@@ -1,0 +1,199 @@
+"""The dialect: what OpenSearch and Elasticsearch do differently, for the one engine layer (``backend.py``).
+
+A dialect names the engine, connects its own Python client, ships its mappings (``mappings/<engine>-*.json``)
+and writes the two request bodies that have no common form: exact kNN over a few articles' contexts, and
+the approximate kNN over all of them (the no-IR mode). It also reads its client's exceptions. Everything
+else (bulk writes, generations, settle and resume, metadata, article queries, retries) is shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import numpy as np
+
+from bertknn_search.backends.engines import bodies as engine_bodies
+from bertknn_search.config import Config
+from bertknn_search.errors import ConfigError
+
+TIMEOUT_S = 120  # a bulk chunk of 768-d vectors can take a while on a busy node
+# Elasticsearch's knn returns exactly k per shard; asking for more than k lets contexts that tie at the
+# k-th distance be cut by (article, sentence, start) here, as the other backends cut them.
+KNN_SPARE = 32
+MAX_CANDIDATES = 10_000  # Elasticsearch's limit on num_candidates
+SCAN_PAGE = 1000  # ids read per request when deleting by query
+
+
+def public_url(url: str) -> str:
+    """``url`` without any ``user:password@`` part: the only form that is ever shown or logged."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # IPv6 literal
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+class PartialAnswer(Exception):
+    """An engine answered from some of its shards only (a node lost): worth another try."""
+
+
+def whole_answer(response: dict[str, Any], index: str) -> None:
+    """Raise ``PartialAnswer`` where a search left shards out or an mget could not read a document.
+
+    ``allow_partial_search_results=false`` makes the engine refuse most of these itself; this also
+    catches an engine that ignores it and the per-document errors an mget answers with 200.
+    """
+    shards = response.get("_shards") or {}
+    if shards.get("failed"):
+        reasons = shards.get("failures") or [{}]
+        cause = (reasons[0].get("reason") or {}).get("type", "unknown")
+        raise PartialAnswer(f"{shards['failed']} of {shards.get('total')} shards of {index} failed ({cause})")
+    errors = [d for d in response.get("docs", ()) if d.get("error")]
+    if errors:
+        error = errors[0]["error"]
+        cause = error.get("type", "unknown") if isinstance(error, dict) else str(error)
+        raise PartialAnswer(f"{len(errors)} documents of {index} could not be read ({cause})")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where a cluster is and how to log in (from the engine's own settings)."""
+
+    url: str | None
+    user: str | None
+    password: str | None
+    ca: Any
+    verify: bool
+
+    @property
+    def remote(self) -> bool:
+        """Not this machine: there gzip saves network time; on loopback it only costs CPU."""
+        host = urlsplit(self.url or "").hostname or ""
+        return host not in ("localhost", "127.0.0.1", "::1") and not host.startswith("127.")
+
+
+class Dialect:
+    """The engine-specific side of the engine layer. Subclasses fill in the class attributes."""
+
+    name = ""  # the --backend word
+    title = ""  # for messages
+    env = ""  # the prefix of its environment variables (OPENSEARCH_URL, ...)
+    bigram_field = ""  # the field that holds an article's word bigrams
+
+    # -- connecting -------------------------------------------------------------------------------
+    def connection(self, config: Config) -> Connection:
+        """The engine's own settings of ``config`` (``<name>_url`` ...); verifying TLS is one setting."""
+        url, user, password, ca = (
+            getattr(config, f"{self.name}_{part}") for part in ("url", "user", "password", "ca")
+        )
+        return Connection(url, user, password, ca, config.opensearch_verify)
+
+    def client(self, config: Config) -> Any:
+        """The engine's client for ``config``; its own retries off (``client.call`` retries).
+
+        Raises:
+            ConfigError: no URL, a URL that is not http(s), or a CA file that does not exist.
+        """
+        conn = self.connection(config)
+        flag = f"--{self.name}-url"
+        if not conn.url:
+            raise ConfigError(
+                f"the {self.name} backend needs a URL: set {self.env}_URL or {flag} (e.g. http://localhost:9200;"
+                f" 'bertknn-search engine start {self.name}' starts a local node)"
+            )
+        parts = urlsplit(conn.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{self.title} URL {public_url(conn.url)!r} must look like http(s)://host:port")
+        if conn.ca is not None and not conn.ca.is_file():
+            raise ConfigError(f"CA file {conn.ca} not found; check --{self.name}-ca / {self.env}_CA")
+        user = conn.user or (unquote(parts.username) if parts.username else None)
+        password = conn.password or (unquote(parts.password) if parts.password else "")
+        return self._make_client(conn, user, password)
+
+    def _make_client(self, conn: Connection, user: str | None, password: str) -> Any:
+        raise NotImplementedError
+
+    # -- bodies -----------------------------------------------------------------------------------
+    def create_bodies(self, meta_doc: dict[str, Any], dim: int) -> dict[str, dict[str, Any]]:
+        """Create-index bodies of both indices, with ``_meta`` and the vector dimension filled in."""
+        out = {kind: engine_bodies.load_mapping(f"{self.name}-{kind}") for kind in ("articles", "contexts")}
+        for body in out.values():
+            body["mappings"]["_meta"] = meta_doc
+        self._set_dim(out["contexts"]["mappings"]["properties"]["vector"], dim)
+        return out
+
+    def _set_dim(self, vector: dict[str, Any], dim: int) -> None:
+        raise NotImplementedError
+
+    def article_fields(self, terms: list[str]) -> dict[str, Any]:
+        """Fields an article doc needs besides the shared ones (from its IR terms)."""
+        return {}
+
+    def knn_exact_body(self, vector: np.ndarray, k: int, generations: Sequence[str]) -> dict[str, Any]:
+        """Exact k nearest contexts (l2) among the contexts of ``generations``."""
+        raise NotImplementedError
+
+    def knn_approx_body(self, vector: np.ndarray, k: int) -> dict[str, Any]:
+        """k nearest contexts over every context (the no-IR mode)."""
+        raise NotImplementedError
+
+    # -- the client's calls that differ -----------------------------------------------------------
+    def mget(self, client: Any, index: str, ids: list[str], source: list[str], realtime: bool) -> Any:
+        raise NotImplementedError
+
+    def streaming_bulk(self, client: Any, actions: Iterable[dict[str, Any]], **options: Any) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def scan_ids(self, client: Any, index: str, query: dict[str, Any]) -> list[str]:
+        """The ids of every doc of ``index`` that ``query`` matches: one search where they fit a page
+        (most deletes: an article's old contexts, or none on a new index), else a scroll."""
+        body = {**query, "size": SCAN_PAGE, "_source": False, "track_total_hits": False}
+        response = client.search(index=index, body=body, allow_partial_search_results=False)
+        whole_answer(getattr(response, "body", response), index)  # a delete must see every shard
+        hits = response["hits"]["hits"]
+        if len(hits) < SCAN_PAGE:
+            return [hit["_id"] for hit in hits]
+        try:
+            return [hit["_id"] for hit in self._scan(client, index, {**query, "_source": False})]
+        except self.scan_errors as exc:  # the scroll lost a shard on the way
+            raise PartialAnswer(f"a scroll of {index} failed: {exc}") from exc
+
+    def _scan(self, client: Any, index: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError
+
+    # -- reading the client's exceptions ----------------------------------------------------------
+    errors: tuple[type[BaseException], ...] = ()  # every exception the client raises for a request
+    scan_errors: tuple[type[BaseException], ...] = ()  # its scroll helper's, for shards that failed
+    not_found: tuple[type[BaseException], ...] = ()
+
+    def status(self, exc: BaseException) -> int | None:
+        """The HTTP status of a failed request, or None (no answer)."""
+        raise NotImplementedError
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def is_ssl_error(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def error_type(self, exc: BaseException) -> str | None:
+        """The engine's error type (``resource_already_exists_exception``), where it said one."""
+        info = self._body(exc)
+        if isinstance(info, dict) and isinstance(info.get("error"), dict):
+            return info["error"].get("type")
+        return None
+
+    def reason(self, exc: BaseException) -> str:
+        """``type: reason`` of a failed request, as the engine said it."""
+        info = self._body(exc)
+        if isinstance(info, dict) and isinstance(info.get("error"), dict):
+            err = info["error"]
+            return f"{err.get('type')}: {err.get('reason')}"
+        return f"{type(exc).__name__}: {exc}"
+
+    def _body(self, exc: BaseException) -> object:
+        raise NotImplementedError

@@ -1,0 +1,125 @@
+"""Elasticsearch 8: its client, dense_vector mapping and kNN bodies."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from bertknn_search.backends.engines.bodies import CONTEXT_SOURCE, TIE_ORDER, floats
+from bertknn_search.backends.engines.dialect import (
+    KNN_SPARE,
+    MAX_CANDIDATES,
+    SCAN_PAGE,
+    TIMEOUT_S,
+    Connection,
+    Dialect,
+    public_url,
+)
+from bertknn_search.terms import BIGRAM_JOIN
+
+
+class ElasticsearchDialect(Dialect):
+    """Elasticsearch 8: ``dense_vector`` fields searched with the top-level ``knn``.
+
+    The contexts' vectors are mapped ``flat`` (float32, brute force): a filtered ``knn`` over them
+    scores every context of the top articles with the true l2 distance, so it is exact, and needs no
+    script language (a node from Maven jars has no painless). The no-IR search over every context is
+    then exact too, at brute-force cost. Bigrams are sent as their own field (no shingle filter needed).
+    """
+
+    name = "elasticsearch"
+    title = "Elasticsearch"
+    env = "ELASTICSEARCH"
+    bigram_field = "bigrams"
+
+    def __init__(self) -> None:
+        from elastic_transport import ConnectionError as ESConnectionError
+        from elastic_transport import TlsError, TransportError
+        from elasticsearch import ApiError, NotFoundError
+        from elasticsearch.helpers import ScanError
+
+        self.errors = (ApiError, TransportError)
+        self.not_found = (NotFoundError,)
+        self.scan_errors = (ScanError,)
+        self._api_error, self._connection_error, self._ssl_error = ApiError, ESConnectionError, TlsError
+
+    def _make_client(self, conn: Connection, user: str | None, password: str) -> Any:
+        from elasticsearch import Elasticsearch
+
+        options: dict[str, Any] = {
+            "hosts": [public_url(conn.url or "")],
+            "max_retries": 0,
+            "retry_on_timeout": False,
+            "request_timeout": TIMEOUT_S,
+            "http_compress": conn.remote,
+            "verify_certs": conn.verify,
+        }
+        if user:
+            options["basic_auth"] = (user, password)
+        if conn.ca is not None:
+            options["ca_certs"] = str(conn.ca)
+        if not conn.verify:
+            options["ssl_show_warn"] = False
+        return Elasticsearch(**options)
+
+    def _set_dim(self, vector: dict[str, Any], dim: int) -> None:
+        vector["dims"] = dim
+
+    def article_fields(self, terms: list[str]) -> dict[str, Any]:
+        return {"bigrams": " ".join(f"{a}{BIGRAM_JOIN}{b}" for a, b in itertools.pairwise(terms))}
+
+    def knn_exact_body(self, vector: np.ndarray, k: int, generations: Sequence[str]) -> dict[str, Any]:
+        return self._knn(vector, k, {"terms": {"generation": list(generations)}})
+
+    def knn_approx_body(self, vector: np.ndarray, k: int) -> dict[str, Any]:
+        return self._knn(vector, k, None)
+
+    def _knn(self, vector: np.ndarray, k: int, where: dict[str, Any] | None) -> dict[str, Any]:
+        wanted = min(k + KNN_SPARE, MAX_CANDIDATES)
+        knn: dict[str, Any] = {
+            "field": "vector",
+            "query_vector": floats(vector),
+            "k": wanted,
+            "num_candidates": wanted,
+        }
+        if where is not None:
+            knn["filter"] = where
+        return {
+            "size": wanted,
+            "track_total_hits": False,
+            "knn": knn,
+            "sort": TIE_ORDER,
+            "_source": CONTEXT_SOURCE,
+        }
+
+    def mget(self, client: Any, index: str, ids: list[str], source: list[str], realtime: bool) -> Any:
+        return client.mget(index=index, ids=ids, source_includes=source, realtime=realtime)
+
+    def streaming_bulk(self, client: Any, actions: Iterable[dict[str, Any]], **options: Any) -> Iterator[Any]:
+        from elasticsearch.helpers import streaming_bulk
+
+        return streaming_bulk(client, actions, **options)
+
+    def _scan(self, client: Any, index: str, query: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        from elasticsearch.helpers import scan
+
+        return scan(client, index=index, query=query, size=SCAN_PAGE)
+
+    def status(self, exc: BaseException) -> int | None:
+        if isinstance(exc, self._api_error):
+            return int(exc.meta.status)
+        return None
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._connection_error) or (
+            not isinstance(exc, self._api_error) and isinstance(exc, self.errors)
+        )
+
+    def is_ssl_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._ssl_error)
+
+    def _body(self, exc: BaseException) -> object:
+        return getattr(exc, "body", None)
