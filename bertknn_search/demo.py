@@ -142,8 +142,8 @@ class DemoRun:
 def run_demo(out: Path, progress: bool = True) -> DemoRun:
     """Build the tiny model and corpus under ``out``, ingest them into ``out/index`` and ask the questions."""
     from bertknn_search.ingest.pipeline import ingest
-    from bertknn_search.records import Question
     from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
     from bertknn_search.session import resolve_config
 
     files = prepare_demo(out)

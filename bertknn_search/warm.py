@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 WARM_CHUNK = 256  # articles per encoder pass: enough rows to fill GPU batches of 1,024
 

@@ -46,7 +46,7 @@ def test_the_demo_names_the_command_as_a_new_user_can_run_it(
 ) -> None:
     from pathlib import Path
 
-    from bertknn_search.cli import _this_command
+    from bertknn_search.cli.demo import _this_command
 
     venv_bin = Path(str(tmp_path)) / ".venv" / "bin"
     venv_bin.mkdir(parents=True)

@@ -30,7 +30,7 @@ def test_one_of_a_thing_is_singular_in_summaries() -> None:
 def test_slow_bars_give_units_per_second_not_seconds_glued_to_the_unit() -> None:
     from tqdm import tqdm
 
-    from bertknn_search.encode_bar import ENCODE_BAR
+    from bertknn_search.cli.encode_bar import ENCODE_BAR
     from bertknn_search.warm import WARM_BAR
 
     # One article in 6.66 s: tqdm's default rate reads "6.66s/ articles".

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from bertknn_search.encoding.deferred_imports import deferred
-from bertknn_search.errors import ModelLoadError, QuestionError
 from bertknn_search.encoding.heads import architectures_have_head, no_head_line
 from bertknn_search.encoding.model_lookup import CACHE, HUB, hub_unreachable, locate_model
 from bertknn_search.encoding.placement import Placement, place
+from bertknn_search.errors import ModelLoadError, QuestionError
 from bertknn_search.textcheck import MASK, check_question
 
 

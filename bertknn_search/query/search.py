@@ -14,16 +14,18 @@ import numpy as np
 
 from bertknn_search.backends import open_backend, searchable
 from bertknn_search.backends.base import Backend
-from bertknn_search.query.confidence import assess
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import MASK, Encoder
 from bertknn_search.errors import ConfigError, IndexMismatchError, QuestionError
+from bertknn_search.query.confidence import assess
 from bertknn_search.query.evidence import with_evidence
 from bertknn_search.query.evidence_words import checked_words
 from bertknn_search.query.gates import confidence, decide, log_popularity
 from bertknn_search.query.interpolate import interpolate, rank
 from bertknn_search.query.knn import knn_probs
 from bertknn_search.query.neighbour_words import resolve_words
+from bertknn_search.query.retrieve import retrieve
+from bertknn_search.query.split_words import split_words
 from bertknn_search.records import (
     Answer,
     ArticleHit,
@@ -36,8 +38,6 @@ from bertknn_search.records import (
     Prediction,
     Question,
 )
-from bertknn_search.query.retrieve import retrieve
-from bertknn_search.query.split_words import split_words
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 from bertknn_search.values import MAX_PIECES, Candidates, ValueSpace, WordKeys, is_word, whole_words
 

@@ -37,8 +37,8 @@ from bertknn_search.errors import (
     QuestionError,
 )
 from bertknn_search.output import to_json
-from bertknn_search.records import Article, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Article, Question
 from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady, Stopping, gather_answers
 from bertknn_search.server.hosts import PAGE_CSP, HostCheck, SecurityHeaders, allowed_names, docs_csp
 from bertknn_search.server.limits import (

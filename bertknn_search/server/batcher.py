@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from bertknn_search.config import Config
 from bertknn_search.errors import BertKnnError
-from bertknn_search.records import Answer, EncodeHooks, EncodePlan, EncodeProgress, Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Answer, EncodeHooks, EncodePlan, EncodeProgress, Question
 from bertknn_search.server.encode_log import EncodeLog
 
 log = logging.getLogger("bertknn_search.server")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from bertknn_search.cli_options import Decorator, stacked
+from bertknn_search.cli.options import Decorator, stacked
 from bertknn_search.config import finite
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.metrics import MODELS

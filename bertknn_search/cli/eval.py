@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from bertknn_search import session
-from bertknn_search.cli_eval_options import (
+from bertknn_search.cli.eval_options import (
     DATASET_FLAGS,
     NumberList,
     ablation_options,
@@ -25,7 +25,7 @@ from bertknn_search.cli_eval_options import (
     relations_option,
     report_options,
 )
-from bertknn_search.cli_options import (
+from bertknn_search.cli.options import (
     backend_options,
     cache_option,
     index_options,
@@ -311,8 +311,8 @@ def eval_warm(no_progress: bool, as_json: bool, common_vocab: Path | None, **fla
     Example: bertknn-search eval warm --lama data/lama --corpora T-REx --device cuda
     """
     from bertknn_search.output import render_warm, to_json
-    from bertknn_search.records import Question
     from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
     from bertknn_search.warm import needed_articles, warm
 
     facts = _facts(flags)

@@ -1,0 +1,48 @@
+"""``titles`` and ``stats``: what an index holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from bertknn_search import session
+from bertknn_search.cli.options import (
+    index_options,
+    json_option,
+)
+
+
+@click.command()
+@click.argument("pattern", default="")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Titles at most.")
+@json_option
+@index_options
+def titles(pattern: str, limit: int, as_json: bool, **flags: Any) -> None:
+    """List the index's titles that hold PATTERN (any case; all without one), with how much of each
+    article is encoded on a lazy index: the subjects a question can name.
+
+    Example: bertknn-search titles einstein
+    """
+    from bertknn_search.output import render_titles, to_json
+
+    listed = session.list_titles(session.resolve_config(flags).config, pattern, limit)
+    if as_json:
+        for title in listed:
+            click.echo(to_json(title))
+    else:
+        click.echo(render_titles(listed, pattern))
+
+
+@click.command()
+@json_option
+@index_options
+def stats(as_json: bool, **flags: Any) -> None:
+    """Show what the index holds: articles, contexts, model, layer, bytes on disk.
+
+    Example: bertknn-search stats --index ./bertknn-index
+    """
+    from bertknn_search.output import render_stats, to_json
+
+    result = session.index_stats(session.resolve_config(flags).config)
+    click.echo(to_json(result) if as_json else render_stats(result))
