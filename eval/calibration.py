@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from bertknn_search.query.confidence import HIGH, LEVELS, MEDIUM, Signals, level, signals
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.harness import prepare
-from bertknn_search.records import Question
+from bertknn_search.query.confidence import HIGH, LEVELS, MEDIUM, Signals, level, signals
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 
 BATCH = 64  # questions per model call
 MIN_SHARE = 0.15  # the high and the low band each hold at least this share of the calibration answers

@@ -22,8 +22,8 @@ from bertknn_search.errors import ConfigError
 from bertknn_search.eval.cloze_targets import KINDS, Sample, Target, article_sentences, draw_targets
 from bertknn_search.eval.harness import available_models
 from bertknn_search.ingest.contexts import make_row_table
-from bertknn_search.records import ArticleHit, Neighbors, Question
 from bertknn_search.query.search import Scored, Searcher
+from bertknn_search.records import ArticleHit, Neighbors, Question
 from bertknn_search.values import word_key
 
 CLOZE_KS = (1, 10)

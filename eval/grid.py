@@ -19,8 +19,8 @@ from bertknn_search.eval.harness import Prepared, batches, prepare, vocab_mask
 from bertknn_search.eval.metrics import NO_ARTICLE
 from bertknn_search.query.gates import SIGNALS, confidence, learn_thresholds
 from bertknn_search.query.knn import knn_probs
-from bertknn_search.records import Neighbors
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Neighbors
 from bertknn_search.values import Candidates, ValueSpace
 
 GRID_KEYS = ("n_articles", "k", "temperature", "lam")

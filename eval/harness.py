@@ -23,8 +23,8 @@ from bertknn_search.eval.datasets import MASK, Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
 from bertknn_search.eval.report import write_report
 from bertknn_search.query.gates import SIGNALS, confidence, retrieves, threshold_for
-from bertknn_search.records import Question
 from bertknn_search.query.search import Searcher
+from bertknn_search.records import Question
 from bertknn_search.values import Candidates, is_word
 
 CHECKPOINT = "facts.jsonl"

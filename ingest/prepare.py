@@ -75,7 +75,7 @@ def prepare(records: Sequence[Record], spec: TextSpec) -> list[PreparedArticle]:
     """
     if spec.ir_fields:
         # Imported here: the article index module needs tantivy, which only this option uses.
-        from bertknn_search.backends.article_index import field_texts
+        from bertknn_search.backends.embedded.article_index import field_texts
     out = []
     for record in records:
         article, note = finish_noted(record)
