@@ -74,7 +74,7 @@ class IngestSummary:
     max_length: int = 0
     too_large: int = 0  # articles skipped for holding more than ``Config.max_article_bytes``
     # XML pages whose markup the parser could not take (past its time bound, or it crashed): their text is
-    # the plain fallback's, each named on stderr (``wikitext.page_text``)
+    # the plain fallback's, each named on stderr (``page_parse.page_text``)
     unparsed: int = 0
     text_chars: int = 0  # characters of text written by this run
     contexts_mode: str = "eager"  # "lazy": no context was encoded; they are on first use

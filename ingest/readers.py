@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # imported where a parquet file is read: pyarrow costs every 
 
 from bertknn_search.config import MAX_ARTICLE_BYTES
 from bertknn_search.errors import ConfigError, InputFormatError
-from bertknn_search.ingest.wikitext import page_text
+from bertknn_search.ingest.page_parse import page_text
 from bertknn_search.records import Article
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 
@@ -86,7 +86,7 @@ def read_articles(
     its metadata says it holds more than ``PARQUET_GROUP_ARTICLES`` articles of ``max_bytes``.
 
     An XML page's markup is parsed under a bound of time, isolated from crashes of the parser
-    (``wikitext.page_text``); a page the parser cannot take gets the plain fallback's text, and
+    (``page_parse.page_text``); a page the parser cannot take gets the plain fallback's text, and
     ``on_unparsed`` one line naming it.
 
     Args:

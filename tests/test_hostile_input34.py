@@ -21,7 +21,7 @@ from bertknn_search.backends.embedded.backend import EmbeddedBackend
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.errors import IndexCorruptError, InputFormatError
-from bertknn_search.ingest import wikitext
+from bertknn_search.ingest import page_parse, wikitext
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.ingest.readers import read_articles
 from tests.test_wikitext import REAL_PAGES, _pages
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.reliability
 CRASH = "===x" * 100_000
 # Constructs that never close, each many times: the tokenizer's time grows with the square of the page
 # (or faster). Parsed whole, each of these took 21 to 41 s of CPU on this project's VM, 5 to 12 times its
-# bound (``wikitext.parse_bound``: 3.3 to 4.6 s at these sizes), so each still runs past it on a faster one.
+# bound (``page_parse.parse_bound``: 3.3 to 4.6 s at these sizes), so each still runs past it on a faster one.
 QUADRATIC = {
     "template": "{{a|b=" * 5_000,
     "table": "{|\n" * 20_000,
@@ -135,8 +135,8 @@ def test_a_rerun_goes_on_past_a_page_that_crashes_the_parser(tiny_model: Path, t
 def test_a_page_past_its_time_bound_gets_the_fallback(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(wikitext, "PARSE_SECONDS", 0.5)
-    monkeypatch.setattr(wikitext, "PARSE_SECONDS_PER_MB", 0.0)
+    monkeypatch.setattr(page_parse, "PARSE_SECONDS", 0.5)
+    monkeypatch.setattr(page_parse, "PARSE_SECONDS_PER_MB", 0.0)
     page = "Zorblat was a poet.\n" + QUADRATIC["template"]  # 41 s of CPU, parsed whole
     source = dump(tmp_path / "slow.xml", [("Slow", page), ("After", "Mirvane was a poet.")])
     said: list[str] = []
@@ -159,7 +159,7 @@ def test_ordinary_pages_parsed_in_the_child_give_the_text_they_gave_before(
 ) -> None:
     pages = _pages(shared_data / "wiki-sample" / name)
     digest = REAL_PAGES[name][1]
-    parsed = [wikitext.page_text(p) for p in pages]
+    parsed = [page_parse.page_text(p) for p in pages]
     assert {why for _, why in parsed} == {None}
     assert hashlib.sha256("\x1e".join(text for text, _ in parsed).encode()).hexdigest() == digest
 
