@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -156,58 +155,11 @@ def test_token_file_errors_are_one_line(fake: FakeServer, tmp_path: Path) -> Non
     assert fake.seen == []
 
 
-# -- discovery -----------------------------------------------------------------------------------------
-def dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-def test_a_server_announces_itself_beside_its_index(tmp_path: Path) -> None:
-    assert discovery.announce(tmp_path, "http://127.0.0.1:8123") == tmp_path / discovery.FILE
-    assert discovery.find(tmp_path) == discovery.Serving("http://127.0.0.1:8123", os.getpid())
-    discovery.withdraw(tmp_path)
-    assert not (tmp_path / discovery.FILE).exists()
-    assert discovery.announce(tmp_path / "not-an-index", "http://127.0.0.1:1") is None
-
-
-def test_a_stale_or_foreign_or_damaged_file_is_ignored(tmp_path: Path) -> None:
-    path = tmp_path / discovery.FILE
-    here = socket.gethostname()
-    path.write_text(json.dumps({"url": "http://127.0.0.1:1", "pid": dead_pid(), "host": here}))
-    assert discovery.find(tmp_path) is None  # the server died without removing it
-    path.write_text(json.dumps({"url": "http://127.0.0.1:1", "pid": os.getpid(), "host": here + "-x"}))
-    assert discovery.find(tmp_path) is None  # another machine's, on a shared disk
-    for damaged in ("{", "[]", json.dumps({"url": 5, "pid": os.getpid(), "host": here})):
-        path.write_text(damaged)
-        assert discovery.find(tmp_path) is None
-    discovery.withdraw(tmp_path)  # not this process's file: left alone
-    assert path.exists()
-
-
+# -- discovery (the trust rules of serving.json: tests/test_discovery.py) ------------------------------
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "127.0.0.1", "::1"])
 def test_the_announced_url_is_one_this_machine_can_ask(host: str) -> None:
     expected = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "127.0.0.1": "127.0.0.1", "::1": "[::1]"}[host]
     assert discovery.client_url(host, 8000) == f"http://{expected}:8000"
-
-
-def test_query_says_that_a_server_serves_its_index(tmp_path: Path) -> None:
-    discovery.announce(tmp_path, "http://127.0.0.1:8123")
-    result = CliRunner().invoke(main, ["query", "--index", str(tmp_path), QUESTION])
-    assert result.stderr.splitlines()[0] == (
-        "a server is serving this index at http://127.0.0.1:8123: --server http://127.0.0.1:8123 (or"
-        " --server auto) answers there without loading the model here"
-    )
-
-
-def test_server_auto_asks_the_server_of_the_index(fake: FakeServer, tmp_path: Path) -> None:
-    auto = ("query", "--server", "auto", "--index", tmp_path, QUESTION)
-    refused = cli(*auto)
-    assert refused.exit_code == 2 and "no server is serving this --index" in refused.output
-    discovery.announce(tmp_path, fake.url)
-    result = cli(*auto)
-    assert result.exit_code == 0, result.output
-    assert fake.seen == [("/query", None, 1)]
 
 
 def test_the_token_variable_does_not_stop_a_question_answered_here(tmp_path: Path) -> None:

@@ -94,11 +94,11 @@ def query(
         if server == "auto":
             if serving is None:
                 raise click.UsageError(
-                    "--server auto: no server is serving this --index; start one with"
-                    " 'bertknn-search serve', or name its URL"
+                    f"--server auto: no server is serving this {_where_flag(flags, settings)}; start one"
+                    " with 'bertknn-search serve', or name its URL"
                 )
             server = serving.url
-            flags = {k: v for k, v in flags.items() if k not in ("index", "backend")}  # they found it
+            flags = {k: v for k, v in flags.items() if k not in LOCATING}  # they found it
         elif serving is not None:
             click.echo(
                 f"a server is serving this index at {serving.url}: --server {serving.url} (or --server"
@@ -122,16 +122,38 @@ def query(
     _leave(click.get_current_context())
 
 
+# The flags that say where the index is: a server found by them answers from its own.
+LOCATING = (
+    "index",
+    "backend",
+    "opensearch_url",
+    "opensearch_ca",
+    "opensearch_verify",
+    "opensearch_prefix",
+    "elasticsearch_url",
+    "elasticsearch_ca",
+)
+
+
 def _serving(flags: dict[str, Any], settings: Path | None) -> Any:
-    """The live server that announced itself for the embedded index of ``flags`` (cheap: a small file
-    read, no import beyond the standard library), else None."""
+    """The live server that announced itself for the index of ``flags``, embedded or on an engine (cheap:
+    a small file read and, when there is one, a request to its loopback URL; standard library only),
+    else None. An announcement that is not trusted is said in one line (see ``discovery``)."""
     from bertknn_search.server import discovery
 
     try:
         config = session.resolve_config(flags, settings=settings).config
     except BertKnnError:
         return None  # the settings are wrong: the query itself says how, in one line
-    return discovery.find(config.index) if config.backend == "embedded" else None
+    return discovery.find(discovery.announcement_for(config), lambda line: click.echo(line, err=True))
+
+
+def _where_flag(flags: dict[str, Any], settings: Path | None) -> str:
+    try:
+        backend = session.resolve_config(flags, settings=settings).config.backend
+    except BertKnnError:
+        return "--index"
+    return "--index" if backend == "embedded" else f"--index-prefix on {backend}"
 
 
 def _answer_here(

@@ -9,6 +9,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
@@ -39,6 +40,7 @@ from bertknn_search.errors import (
 from bertknn_search.output import to_json
 from bertknn_search.query.search import Searcher
 from bertknn_search.records import Article, Question
+from bertknn_search.server import discovery
 from bertknn_search.server.batcher import Busy, MicroBatcher, NotReady, Stopping, gather_answers
 from bertknn_search.server.hosts import PAGE_CSP, HostCheck, SecurityHeaders, allowed_names, docs_csp
 from bertknn_search.server.limits import (
@@ -85,6 +87,8 @@ class ServerSettings:
         allowed_hosts: names requests may give in Host (and Origin) besides loopback ones (see ``hosts``).
         limits: what one request may cost unless its token lifts them (see ``limits``); default: the
             built-in limits with ``BERTKNN_SERVE_LIMITS`` over them.
+        nonce: the secret of this server's announcement (see ``discovery``): ``GET /serving`` proves
+            that the server holds it.
     """
 
     config: Config
@@ -96,6 +100,7 @@ class ServerSettings:
     patience_s: float | None = None
     allowed_hosts: tuple[str, ...] = ()
     limits: RequestLimits = field(default_factory=RequestLimits.from_env)
+    nonce: str = field(default_factory=discovery.new_nonce, repr=False)
 
 
 def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] | None = None) -> FastAPI:
@@ -248,6 +253,12 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         return JSONResponse(
             {"status": status, "detail": detail}, status_code=200 if status == "ready" else 503
         )
+
+    @app.get("/serving", include_in_schema=False)
+    async def serving(challenge: str = Query(min_length=16, max_length=128)) -> JSONResponse:
+        # Token-free on purpose: ``query --server auto`` asks before it sends its questions or token, and
+        # the answer proves only that this server holds its announcement's nonce (see ``discovery``).
+        return JSONResponse({"proof": discovery.proof(settings.nonce, challenge), "pid": os.getpid()})
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -56,6 +57,51 @@ TIMEOUT_S = 600.0  # a full batch of BERT-base questions on a CPU takes tens of 
 IN_FLIGHT = 16  # requests one client has in flight at most
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib's redirect handler copies every header, ``Authorization`` included, to whatever URL a
+    ``Location`` names (and turns a POST into a GET): a 3xx is an error here, so the token and the
+    questions go only to the server they were given for."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        raise BertKnnError(
+            f"server at {_origin(req.full_url)} answered {code} (a redirect to {one_line(newurl, 200)});"
+            " nothing was sent there: give --server the URL of the server itself"
+        )
+
+
+# No proxy either: a server is asked directly, never through whatever $http_proxy names.
+_OPENER = urllib.request.build_opener(_NoRedirect, urllib.request.ProxyHandler({}))
+
+
+def checked_url(url: str) -> str:
+    """``url`` if it can name a server: ``http`` or ``https``, a host and, if any, a numeric port.
+
+    Raises:
+        ConfigError: anything else (``ftp://``, ``file://``, ``host:notaport``), in one line.
+    """
+    said = one_line(url, 200)
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port  # ValueError for a port that is no number or out of range
+    except ValueError as exc:
+        raise ConfigError(f"--server {said!r} is not a URL ({exc}); e.g. http://127.0.0.1:8000") from None
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"--server {said!r} is not an http:// or https:// URL; e.g. http://127.0.0.1:8000")
+    if not parts.hostname or (port is None and parts.netloc.endswith(":")):
+        raise ConfigError(f"--server {said!r} names no host and port; e.g. http://127.0.0.1:8000")
+    return url.strip()
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def one_line(text: str, limit: int) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def method_overrides(flags: Mapping[str, Any], settings: Path | None) -> dict[str, Any]:
     """The request fields for the method options given (a settings file, then flags, which win).
 
@@ -89,8 +135,10 @@ def ask(
         token: the server's token, sent with every request; None sends none.
 
     Raises:
+        ConfigError: ``url`` is no http(s) URL (see ``checked_url``).
         BertKnnError: the server cannot be reached, or refused the request (its one-line reason).
     """
+    url = checked_url(url)
     size = questions_per_request(url, token) if len(questions) > 1 else 1
 
     def send(lo: int) -> list[Any]:
@@ -125,7 +173,7 @@ def questions_per_request(url: str, token: str | None = None) -> int:
     target = url.rstrip("/") + "/stats"
     request = urllib.request.Request(target, headers=_headers(token))
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as reply:
             limits = json.loads(reply.read().decode("utf-8")).get("server", {}).get("limits", {})
     except (OSError, ValueError, AttributeError):
         return MAX_QUESTIONS  # the first request then says what is wrong, in one line
@@ -169,7 +217,7 @@ def post(url: str, path: str, body: Mapping[str, Any], token: str | None = None)
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as reply:
             return json.loads(reply.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:
         raise BertKnnError(f"server at {url} answered {exc.code}: {_detail(exc)}") from exc

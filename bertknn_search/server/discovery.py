@@ -1,21 +1,45 @@
-"""A serving server's address, in a small file beside its index, so that ``query`` can point to it.
+"""A serving server's address in a small file, so that ``query`` can find it (``--server auto``).
 
-``serve`` writes ``serving.json`` (URL, pid, host name) into an index folder once the model is loaded
-and removes it when it stops; ``query`` reads it (standard library only, before anything heavy loads)
-and says that ``--server`` answers without loading the model. A file left by a server that died is
-ignored: its pid must be alive on this machine.
+``serve`` writes an announcement (URL, pid, host name, a random nonce) once the model is loaded and
+removes it when it stops: ``serving.json`` inside an embedded index's folder, or, for an index on an
+engine (no folder here), ``serving-<key>.json`` in a per-user runtime folder, the key made of the
+backend, the engine URL and the index prefix. ``query`` reads it (standard library only, before anything
+heavy loads).
+
+A file is trusted only when all of these hold, since whoever can write into an index folder could
+otherwise send a user's questions and token to a server of theirs:
+
+- it belongs to this user, as does the process it names, on this machine;
+- its URL is ``http`` to a loopback address with a port;
+- its pid is a ``bertknn-search serve`` process (its command line says so);
+- the server at the URL proves, on the token-free ``GET /serving``, that it holds the file's nonce: it
+  answers a random challenge with HMAC-SHA256(nonce, challenge), before anything else is sent.
+
+A file that fails these is ignored with one line; one whose server is gone (its pid no longer a serve
+process) is removed as well.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
+import ipaddress
 import json
 import os
+import secrets
 import socket
-from dataclasses import dataclass
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 FILE = "serving.json"
+PROBE_TIMEOUT_S = 3.0  # a loaded server answers GET /serving from its event loop in milliseconds
+Say = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -24,6 +48,7 @@ class Serving:
 
     url: str
     pid: int
+    nonce: str = field(default="", compare=False, repr=False)
 
 
 def client_url(host: str, port: int) -> str:
@@ -35,16 +60,60 @@ def client_url(host: str, port: int) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def announce(index: Path, url: str) -> Path | None:
-    """Write the file for this process (replacing any); None where the index is no folder or is
-    read-only to this user (a server then serves, unannounced)."""
-    if not index.is_dir():
+def new_nonce() -> str:
+    return secrets.token_hex(16)
+
+
+def proof(nonce: str, challenge: str) -> str:
+    """What a server holding ``nonce`` answers to ``challenge`` (``GET /serving?challenge=``)."""
+    return hmac.new(nonce.encode(), challenge.encode(), hashlib.sha256).hexdigest()
+
+
+def runtime_folder() -> Path:
+    """This user's folder for the announcements of servers over an engine: $XDG_RUNTIME_DIR/bertknn-search,
+    or ~/.cache/bertknn-search/serving where there is no runtime folder."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        return Path(runtime) / "bertknn-search"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "bertknn-search" / "serving"
+
+
+def announcement(backend: str, index: Path, engine_url: str | None, prefix: str) -> Path | None:
+    """Where the server of an index announces itself: ``serving.json`` in an embedded index's folder; for
+    an engine, a file named by the engine URL and the index prefix in ``runtime_folder()``. None for an
+    engine index without a URL (it cannot be served either)."""
+    if backend == "embedded":
+        return index / FILE
+    if not engine_url:
         return None
-    path = index / FILE
-    body = json.dumps({"url": url, "pid": os.getpid(), "host": socket.gethostname()})
-    temp = path.with_name(f".{FILE}.{os.getpid()}")
+    parts = urllib.parse.urlsplit(engine_url.strip().rstrip("/"))
+    where = urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path, "", ""))
+    key = hashlib.sha256(f"{backend}\n{where}\n{prefix}".encode()).hexdigest()[:20]
+    return runtime_folder() / f"serving-{key}.json"
+
+
+def announcement_for(config: Any) -> Path | None:
+    """``announcement`` for a ``Config`` (read by attribute: this module imports nothing of the package)."""
+    url = {"opensearch": config.opensearch_url, "elasticsearch": config.elasticsearch_url}.get(config.backend)
+    return announcement(config.backend, config.index, url, config.opensearch_prefix)
+
+
+def announce(path: Path, url: str, nonce: str) -> Path | None:
+    """Write the announcement at ``path`` for this process (replacing any), readable by this user only;
+    None where its folder is no folder, or is read-only to this user (a server then serves, unannounced).
+    The per-user runtime folder is made when missing."""
+    if path.name != FILE:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.parent.is_dir():
+        return None
+    body = json.dumps({"url": url, "pid": os.getpid(), "host": socket.gethostname(), "nonce": nonce})
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        temp.write_text(body + "\n", encoding="utf-8")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(body + "\n")
         os.replace(temp, path)  # whole or absent: a reader never sees half a file
     except OSError:
         with contextlib.suppress(OSError):
@@ -53,43 +122,149 @@ def announce(index: Path, url: str) -> Path | None:
     return path
 
 
-def withdraw(index: Path) -> None:
-    """Remove the file if this process wrote it (another server may have announced itself since)."""
-    found = _read(index / FILE)
-    if found is not None and found[0].pid == os.getpid():
+def withdraw(path: Path) -> None:
+    """Remove the announcement if this process wrote it (another server may have announced itself since)."""
+    found = _read(_file(path))
+    if found is not None and found.pid == os.getpid():
         with contextlib.suppress(OSError):
-            (index / FILE).unlink()
+            _file(path).unlink()
 
 
-def find(index: Path) -> Serving | None:
-    """The server that announced itself for ``index`` and still runs on this machine, else None."""
-    found = _read(index / FILE)
-    if found is None:
+def find(path: Path | None, say: Say | None = None) -> Serving | None:
+    """The server announced at ``path`` (an announcement, or an embedded index's folder), if it passes
+    every check of this module's docstring; else None, ``say`` told why in one line where a file was
+    there but not trusted."""
+    if path is None:
         return None
-    serving, host = found
-    if host != socket.gethostname() or not _alive(serving.pid):
-        return None  # another machine's (a shared disk), or a server that died without removing it
+    path = _file(path)
+    tell = say or (lambda _line: None)
+    try:
+        owner = path.stat().st_uid
+    except OSError:
+        return None  # no announcement: the usual case
+    serving = _read(path)
+    if serving is None:
+        tell(f"ignored {path}: not an announcement this version writes")
+        return None
+    host = _host(path)
+    if host != socket.gethostname():
+        return None  # another machine's, on a shared disk: not for this one, and nothing to say
+    if owner != os.getuid():
+        tell(f"ignored {path}: it belongs to another user (uid {owner}); give that server's URL to --server")
+        return None
+    why = _not_loopback_http(serving.url)
+    if why is not None:
+        tell(f"ignored {path}: its URL {serving.url[:200]!r} {why}")
+        return None
+    if not _is_serve(serving.pid):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        tell(f"removed {path}: its server (pid {serving.pid}) is no longer running")
+        return None
+    why = _unproven(serving)
+    if why is not None:
+        tell(f"ignored {path}: the server at {serving.url} {why}")
+        return None
     return serving
 
 
-def _read(path: Path) -> tuple[Serving, str] | None:
+def _file(path: Path) -> Path:
+    return path / FILE if path.is_dir() else path
+
+
+def _load(path: Path) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        url, pid, host = data["url"], data["pid"], data["host"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
+
+
+def _read(path: Path) -> Serving | None:
+    data = _load(path)
+    if not isinstance(data, dict):
+        return None
+    url, pid, nonce = data.get("url"), data.get("pid"), data.get("nonce")
     if not isinstance(url, str) or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
-    return Serving(url, pid), str(host)
+    if not isinstance(nonce, str) or len(nonce) < 16:
+        return None
+    return Serving(url, pid, nonce)
 
 
-def _alive(pid: int) -> bool:
+def _host(path: Path) -> str:
+    data = _load(path)
+    return str(data.get("host")) if isinstance(data, dict) else ""
+
+
+def _not_loopback_http(url: str) -> str | None:
+    """Why ``url`` is not ``http://<loopback address>:<port>``; None when it is."""
     try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, as another user
-    except OSError:
-        return False
-    return True
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "is not a URL"
+    if parts.scheme != "http" or port is None or parts.path not in ("", "/") or parts.query:
+        return "is not http://HOST:PORT"
+    host = parts.hostname or ""
+    if host == "localhost":
+        return None
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return "does not name a loopback address"
+    return None if loopback else "does not name a loopback address"
+
+
+def _is_serve(pid: int) -> bool:
+    """Whether ``pid`` is a ``bertknn-search serve`` process of this user (its command line: the program
+    by name or ``-m bertknn_search``, then ``serve``)."""
+    words = _command_line(pid)
+    for i, word in enumerate(words):
+        if Path(word).name in ("bertknn-search", "bertknn_search"):  # the script, or -m bertknn_search
+            return "serve" in words[i + 1 :]
+    return False
+
+
+def _command_line(pid: int) -> list[str]:
+    """The arguments of this user's process ``pid`` ([] when there is none): /proc on Linux, else ps."""
+    if Path("/proc/self/cmdline").exists():
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                return []
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return []
+        return [a.decode("utf-8", "replace") for a in argv if a]
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["ps", "-o", "uid=,command=", "-p", str(pid)], capture_output=True, text=True, timeout=5
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return out[1:] if out and out[0] == str(os.getuid()) else []
+
+
+def _unproven(serving: Serving) -> str | None:
+    """Why the server at ``serving.url`` did not prove it holds the file's nonce; None when it did."""
+    challenge = secrets.token_hex(16)
+    target = f"{serving.url.rstrip('/')}/serving?challenge={challenge}"
+    # No redirect is followed and no proxy used: the answer must come from the URL itself.
+    opener = urllib.request.build_opener(_NoRedirect, urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(urllib.request.Request(target), timeout=PROBE_TIMEOUT_S) as reply:
+            answer = json.loads(reply.read(4096).decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        return f"answered {exc.code} to GET /serving (not the server that wrote it)"
+    except (OSError, ValueError) as exc:
+        return f"did not answer GET /serving ({getattr(exc, 'reason', exc)})"
+    given = answer.get("proof") if isinstance(answer, dict) else None
+    if not isinstance(given, str) or not hmac.compare_digest(given, proof(serving.nonce, challenge)):
+        return "is not the server that wrote it (its nonce does not match)"
+    return None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None  # the 3xx itself is the answer: an HTTPError, not a request to elsewhere

@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 
+from bertknn_search.config import Config
 from bertknn_search.errors import BertKnnError, ConfigError
 from bertknn_search.server import discovery
 from bertknn_search.server.app import ServerSettings, create_app
@@ -94,24 +95,28 @@ def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = Fa
     # No access log: a line per question would cost the batch path and bury what matters.
     server = Server(uvicorn.Config(app, log_level="info", access_log=False, lifespan="on"))
 
+    config = settings.config
+    place = discovery.announcement_for(config)
+
     def announce() -> None:
         batcher.done.wait()
         if batcher.error is not None:
             server.should_exit = True
         else:
             # Once the model is loaded, not before: a query pointed here gets answers, not a wait.
-            if settings.config.backend == "embedded":  # an engine's index is no folder here
-                discovery.announce(settings.config.index, discovery.client_url(host, bound))
+            if place is not None:
+                discovery.announce(place, discovery.client_url(host, bound), settings.nonce)
             log.info("ready: %s (page at /, API docs at /docs)", url)
 
-    log.info("loading the model for %s; listening on %s", settings.config.index, url)
+    log.info("loading the model for %s; listening on %s", index_name(config), url)
     threading.Thread(target=announce, name="announce", daemon=True).start()
     # uvicorn re-raises the Ctrl-C it handled once the shutdown is done: nothing is left to interrupt.
     try:
         with contextlib.suppress(KeyboardInterrupt):
             server.run(sockets=[sock])
     finally:
-        discovery.withdraw(settings.config.index)
+        if place is not None:
+            discovery.withdraw(place)
     # The interpreter's last garbage collection walks every object the model and the libraries made:
     # seconds on a loaded CPU, once all is closed. Frozen objects are left to the process's exit.
     gc.freeze()
@@ -120,6 +125,14 @@ def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = Fa
         if isinstance(error, BertKnnError):
             raise error
         raise BertKnnError(f"the model failed to load: {error}") from error
+
+
+def index_name(config: Config) -> str:
+    """The index as the operator names it: a folder, or the prefix of an index pair on an engine."""
+    if config.backend == "embedded":
+        return str(config.index)
+    url = config.opensearch_url if config.backend == "opensearch" else config.elasticsearch_url
+    return f"index prefix {config.opensearch_prefix!r} on {config.backend} at {url}"
 
 
 def _log_to_stderr() -> None:
