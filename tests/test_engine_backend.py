@@ -20,6 +20,7 @@ from opensearchpy.exceptions import TransportError
 
 from bertknn_search.backends.engines import backend as engine_module
 from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.engines import client as engine_client
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.backends.engines.client import RetryPolicy
 from bertknn_search.backends.engines.opensearch import OpenSearchDialect
@@ -405,7 +406,10 @@ SECRET = "s3cret-pw"
 
 
 @pytest.fixture
-def mocked() -> EngineBackend:
+def mocked(monkeypatch: pytest.MonkeyPatch) -> EngineBackend:
+    """A backend on a mocked client of a cluster that answered before in this process: connection
+    errors are retried there (``test_engine_urls.py`` has a URL where nothing ever answered)."""
+    monkeypatch.setattr(engine_client, "ANSWERED", {"https://search.example.org:9200"})
     config = Config(
         backend="opensearch",
         opensearch_url="https://search.example.org:9200",
@@ -587,7 +591,37 @@ def test_a_write_block_is_said_as_such_and_not_retried(mocked: EngineBackend) ->
     with pytest.raises(BackendError) as info:
         mocked.add_articles([ARTICLES[0]])
     assert mocked.client.indices.put_mapping.call_count == 1  # a block is no overload: no retries
-    assert "the index refuses writes" in str(info.value) and "overloaded" not in str(info.value)
+    line = str(info.value)
+    assert "index bk-articles refuses writes (a full disk)" in line and "overloaded" not in line, line
+    assert "free disk space first" in line, line
+    assert (  # the request that lifts it, on the cluster's URL
+        "curl -X PUT 'https://search.example.org:9200/bk-articles/_settings' -H 'Content-Type:"
+        """ application/json' -d '{"index.blocks.read_only_allow_delete": null}'""" in line
+    ), line
+
+
+@pytest.mark.reliability
+def test_a_create_index_block_is_said_as_such_and_not_retried(mocked: EngineBackend) -> None:
+    """OpenSearch's create-index block (set after a flood-stage watermark) is a 403: it was said as a
+    matter of OPENSEARCH_USER / OPENSEARCH_PASSWORD and retried before."""
+    block = TransportError(
+        403,
+        "index_create_block_exception",
+        {
+            "error": {
+                "type": "index_create_block_exception",
+                "reason": "blocked by: [FORBIDDEN/10/cluster create-index blocked (api)];",
+            }
+        },
+    )
+    mocked.client.indices.put_mapping.side_effect = block
+    with pytest.raises(BackendError) as info:
+        mocked._call("create index bk-articles", lambda: mocked.client.indices.put_mapping())
+    line = str(info.value)
+    assert mocked.client.indices.put_mapping.call_count == 1
+    assert "the cluster refuses to create indices (cluster.blocks.create_index" in line, line
+    assert """'{"persistent": {"cluster.blocks.create_index": null}}'""" in line, line
+    assert "PASSWORD" not in line, line
 
 
 @pytest.mark.reliability
@@ -615,8 +649,30 @@ def test_bad_requests_are_not_retried(mocked: EngineBackend) -> None:
     assert mocked.client.search.call_count == 1
     assert str(info.value) == (
         "OpenSearch at https://search.example.org:9200 failed to search articles: HTTP 400 parsing_exception:"
-        " bad query; the request was rejected; check the indices were made by this version of bertknn-search"
+        " bad query; the engine refused the request as it says; please report it with this line if it"
+        " persists"
+    )  # no "check the indices were made by this version": no mapping check failed
+    mocked.client.search.side_effect = TransportError(
+        400,
+        "search_phase_execution_exception",
+        {
+            "error": {
+                "type": "search_phase_execution_exception",
+                "reason": "all shards failed",
+                "root_cause": [{"type": "query_shard_exception", "reason": "No mapping found for [terms]"}],
+            }
+        },
     )
+    with pytest.raises(BackendError) as info:
+        mocked.search_articles("Quimby", 3)
+    assert "all shards failed (query_shard_exception: No mapping found for [terms])" in str(info.value)
+    mocked.client.search.side_effect = TransportError(
+        400,
+        "strict_dynamic_mapping_exception",
+        {"error": {"type": "strict_dynamic_mapping_exception", "reason": "[n_parts] not allowed"}},
+    )
+    with pytest.raises(BackendError, match="check the indices were made by this version"):
+        mocked.search_articles("Quimby", 3)
 
 
 @pytest.mark.reliability

@@ -19,7 +19,7 @@ import numpy as np
 
 from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.engines import bodies, dialect_for
-from bertknn_search.backends.engines.client import RetryPolicy, bulk_error_message, call
+from bertknn_search.backends.engines.client import RetryPolicy, bulk_error_message, call, connect
 from bertknn_search.backends.engines.contexts import EngineContextSide
 from bertknn_search.backends.engines.dialect import Dialect, public_url, whole_answer
 from bertknn_search.config import Config
@@ -77,7 +77,7 @@ class EngineBackend(EngineContextSide):
             IndexCorruptError, BackendError, ConfigError: see ``open``.
         """
         engine = dialect_for(config.backend)
-        client = engine.client(config)
+        client = connect(engine, config, cls.retry)  # checks what answers, once a process
         url = public_url(engine.connection(config).url or "")
         names = bodies.index_names(config.opensearch_prefix)
         for kind, body in engine.create_bodies(bodies.meta_doc(meta), meta.dim).items():
@@ -102,7 +102,7 @@ class EngineBackend(EngineContextSide):
             ConfigError: no usable URL or CA file.
         """
         engine = dialect_for(config.backend)
-        client = engine.client(config)
+        client = connect(engine, config, cls.retry)  # checks what answers, once a process
         try:
             return cls._open(client, config, engine)
         except BaseException:

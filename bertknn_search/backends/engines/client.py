@@ -1,4 +1,9 @@
-"""Requests to OpenSearch or Elasticsearch: retries with backoff, one-line errors without secrets."""
+"""Requests to OpenSearch or Elasticsearch: retries with backoff, one-line errors without secrets.
+
+Retries are for a cluster that answered before in this process (a node lost, a restart): where nothing
+ever answered at a URL, a connection error is a mistake in the URL or a node not started, said at once
+with its fix rather than after 5 attempts (``diagnose``).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,31 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from bertknn_search.backends.engines.dialect import Dialect, PartialAnswer
+from bertknn_search.backends.engines.diagnose import (
+    block_hint,
+    connection_hint,
+    first_node,
+    identify,
+    probe,
+    wrong_product,
+)
+from bertknn_search.backends.engines.dialect import Dialect, PartialAnswer, public_url
+from bertknn_search.config import Config
 from bertknn_search.errors import BackendError
 
 T = TypeVar("T")
+# Cluster URLs (as shown) that answered a request in this process: connection errors are retried for
+# these only. And those whose GET / named the engine expected (``connect``), checked once a process.
+ANSWERED: set[str] = set()
+IDENTIFIED: set[str] = set()
+# Error types that mean the index's mapping refused a document or request: only these point at indices
+# made by another version.
+MAPPING_ERRORS = (
+    "strict_dynamic_mapping_exception",
+    "mapper_parsing_exception",
+    "document_parsing_exception",
+    "illegal_argument_exception: mapper [",
+)
 
 
 @dataclass(frozen=True)
@@ -26,13 +52,16 @@ class RetryPolicy:
     max_backoff: float = 8.0
 
 
-def is_transient(exc: BaseException, engine: Dialect) -> bool:
-    """Worth another try: the connection failed or timed out, part of the shards did not answer, or the
-    server said 429 or 5xx, except for an index that refuses writes (a block: trying again cannot help)."""
-    if isinstance(exc, PartialAnswer) or engine.is_connection_error(exc):
+def is_transient(exc: BaseException, engine: Dialect, answered: bool = True) -> bool:
+    """Worth another try: the connection failed or timed out (at a cluster that ``answered`` before),
+    part of the shards did not answer, or the server said 429 or 5xx, except for a block (an index or
+    cluster that refuses writes: trying again cannot lift it)."""
+    if isinstance(exc, PartialAnswer):
         return True
+    if engine.is_connection_error(exc):
+        return answered
     status = engine.status(exc)
-    if status is None or "cluster_block_exception" in engine.reason(exc):
+    if status is None or block_hint(engine.reason(exc), "") is not None:
         return False
     return status == 429 or status >= 500
 
@@ -58,7 +87,9 @@ def call(
     """
 
     def transient(exc: BaseException) -> bool:
-        return is_transient(exc, engine) and (retry_429 or engine.status(exc) != 429)
+        if engine.status(exc) is not None:
+            ANSWERED.add(url)  # an HTTP answer, if an error: the cluster is there
+        return is_transient(exc, engine, url in ANSWERED) and (retry_429 or engine.status(exc) != 429)
 
     retrying = Retrying(
         stop=stop_after_attempt(policy.attempts),
@@ -80,6 +111,7 @@ def call(
     except engine.errors as exc:
         attempts = retrying.statistics.get("attempt_number", 1)
         raise BackendError(describe(what, url, exc, engine, attempts)) from exc
+    ANSWERED.add(url)
     return getattr(result, "body", result)  # type: ignore[no-any-return]
 
 
@@ -88,32 +120,80 @@ def describe(what: str, url: str, exc: BaseException, engine: Dialect, attempts:
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     env = engine.env
     if engine.is_connection_error(exc):
-        hint = (
-            f"check {env}_CA (or --insecure for a test cluster with a self-signed certificate)"
-            if engine.is_ssl_error(exc)
-            else f"check that the cluster is up and {env}_URL is right"
-        )
-        return one_line(
-            f"cannot reach {engine.title} at {url} to {what}{tries} ({type(exc).__name__}:"
-            f" {engine.reason(exc)}); {hint}"
-        )
+        reason = engine.reason(exc)
+        if url not in ANSWERED:
+            hint = connection_hint(engine.name, engine.title, env, url, engine.is_ssl_error(exc), reason)
+        elif engine.is_ssl_error(exc):
+            hint = f"check {env}_CA (or --insecure for a test cluster with a self-signed certificate)"
+        else:
+            hint = f"check that the cluster is up and {env}_URL is right"
+        kind = type(exc).__name__
+        said = reason if reason.startswith(kind) else f"{kind}: {reason}"
+        return one_line(f"cannot reach {engine.title} at {url} to {what}{tries} ({said}); {hint}")
     status = engine.status(exc)
     reason = engine.reason(exc)
-    if "cluster_block_exception" in reason:
-        hint = (
-            "the index refuses writes (a write block, or a disk past its flood-stage watermark): free"
-            " space or lift the block, then run the command again; nothing already written was lost"
-        )
+    blocked = block_hint(reason, url)
+    if blocked is not None:
+        hint = blocked
     elif status == 429:
         hint = "the cluster is overloaded: run the command again later or give the cluster more resources"
     elif status is not None and status >= 500:
         hint = "check the cluster's health and logs, then run the command again"
     elif status in (401, 403):
         hint = f"check {env}_USER / {env}_PASSWORD and the user's index permissions"
+    elif status == 413:
+        hint = (
+            "the request is larger than the engine takes (its http.max_content_length, 100 MB by default):"
+            " give a smaller --max-article-bytes or raise that setting of the nodes"
+        )
+    elif any(kind in reason for kind in MAPPING_ERRORS):
+        hint = "the index mapping refused it: check the indices were made by this version of bertknn-search"
     else:
-        hint = "the request was rejected; check the indices were made by this version of bertknn-search"
+        hint = "the engine refused the request as it says; please report it with this line if it persists"
     code = f"HTTP {status} " if status is not None else ""
     return one_line(f"{engine.title} at {url} failed to {what}{tries}: {code}{reason}; {hint}")
+
+
+def connect(engine: Dialect, config: Config, policy: RetryPolicy) -> Any:
+    """The engine's client for ``config``, once a process and URL checked to be that engine.
+
+    ``GET /`` says which product answers: another engine's URL (the other ``--backend``), a ``serve``
+    server's or any other web server's is said as such, where it was "no index, build one" or a raw
+    client error before. A user who may not read ``GET /`` (401, 403) is let through: the index requests
+    say what they may do.
+
+    Raises:
+        ConfigError: see ``Dialect.client``.
+        BackendError: nothing answers, or what answers is not this engine.
+    """
+    client = engine.client(config)
+    url = public_url(engine.connection(config).url or "")
+    if url in IDENTIFIED:
+        return client
+    try:
+        _check_product(client, engine, url, policy)
+    except BaseException:
+        client.close()
+        raise
+    IDENTIFIED.add(url)
+    return client
+
+
+def _check_product(client: Any, engine: Dialect, url: str, policy: RetryPolicy) -> None:
+    try:
+        answer = call("read what the cluster is", url, client.info, policy, engine)
+    except BackendError as exc:
+        cause = exc.__cause__
+        if cause is None or engine.is_connection_error(cause) or engine.status(cause) in (401, 403):
+            raise
+        node = first_node(url)
+        found = probe(node) if node is not None else None
+        if found is None or found.product == engine.name:
+            raise
+        raise BackendError(wrong_product(engine.name, engine.title, engine.env, found, url)) from cause
+    found = identify(200, answer if isinstance(answer, dict) else str(answer))
+    if found.product != engine.name:
+        raise BackendError(wrong_product(engine.name, engine.title, engine.env, found, url))
 
 
 def bulk_error_message(title: str, what: str, url: str, failures: list[dict[str, Any]], total: int) -> str:
@@ -127,12 +207,11 @@ def bulk_error_message(title: str, what: str, url: str, failures: list[dict[str,
             reason += f" ({caused.get('type')}: {caused.get('reason')})"
     else:
         reason = str(error)
-    if "cluster_block_exception" in reason:
+    blocked = block_hint(reason, url)
+    if blocked is not None:
         return one_line(
             f"{title} at {url} refused {len(failures)} of {total} documents while trying to {what}:"
-            f" {reason}; the index refuses writes (a write block, or a disk past its flood-stage"
-            " watermark): free space or lift the block, then run the same command again;"
-            " nothing already written was lost"
+            f" {reason}; {blocked}"
         )
     return one_line(
         f"{title} at {url} rejected {len(failures)} of {total} documents while trying to {what}"
@@ -142,7 +221,7 @@ def bulk_error_message(title: str, what: str, url: str, failures: list[dict[str,
     )
 
 
-def one_line(text: str, limit: int = 600) -> str:
+def one_line(text: str, limit: int = 800) -> str:
     """``text`` with whitespace runs collapsed, cut to ``limit`` characters."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -9,13 +9,13 @@ else (bulk writes, generations, settle and resume, metadata, article queries, re
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 
 from bertknn_search.backends.engines import bodies as engine_bodies
+from bertknn_search.backends.engines.urls import NodeURL, node_urls, public_urls
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
 
@@ -28,13 +28,9 @@ SCAN_PAGE = 1000  # ids read per request when deleting by query
 
 
 def public_url(url: str) -> str:
-    """``url`` without any ``user:password@`` part: the only form that is ever shown or logged."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"  # IPv6 literal
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    """``url`` (one node URL or a comma list) without any ``user:password@`` part: the only form that is
+    ever shown or logged."""
+    return public_urls(url)
 
 
 class PartialAnswer(Exception):
@@ -69,11 +65,24 @@ class Connection:
     ca: Any
     verify: bool
 
+    nodes: tuple[NodeURL, ...] = ()  # the URL's nodes, checked (``Dialect.client`` fills them in)
+
+    @property
+    def hosts(self) -> list[str]:
+        """The nodes' URLs for the client, without credentials: it spreads requests over them and
+        moves on to the next when one does not answer."""
+        return [node.shown for node in self._nodes()]
+
+    def _nodes(self) -> tuple[NodeURL, ...]:
+        return self.nodes or tuple(node_urls(self.url or "", "the engine URL"))
+
     @property
     def remote(self) -> bool:
         """Not this machine: there gzip saves network time; on loopback it only costs CPU."""
-        host = urlsplit(self.url or "").hostname or ""
-        return host not in ("localhost", "127.0.0.1", "::1") and not host.startswith("127.")
+        return any(
+            node.host not in ("localhost", "127.0.0.1", "::1") and not node.host.startswith("127.")
+            for node in self._nodes()
+        )
 
 
 class Dialect:
@@ -92,27 +101,32 @@ class Dialect:
         )
         return Connection(url, user, password, ca, config.opensearch_verify)
 
+    default_port = 9200  # where 'engine start NAME' puts it in the project's own set-up
+
     def client(self, config: Config) -> Any:
-        """The engine's client for ``config``; its own retries off (``client.call`` retries).
+        """The engine's client for ``config``: every node of its URL list as the client's hosts; its own
+        retries only to move on to the next node (``client.call`` retries the rest).
 
         Raises:
-            ConfigError: no URL, a URL that is not http(s), or a CA file that does not exist.
+            ConfigError: no URL, a URL that is not http(s) with a well-formed host and a numeric port,
+                or a CA file that does not exist.
         """
         conn = self.connection(config)
         flag = f"--{self.name}-url"
         if not conn.url:
+            port = f" --port {self.default_port}" if self.default_port != 9200 else ""
             raise ConfigError(
-                f"the {self.name} backend needs a URL: set {self.env}_URL or {flag} (e.g. http://localhost:9200;"
-                f" 'bertknn-search engine start {self.name}' starts a local node)"
+                f"the {self.name} backend needs a URL: set {self.env}_URL or {flag} (e.g."
+                f" http://localhost:{self.default_port}; 'bertknn-search engine start {self.name}{port}'"
+                " starts a local node there)"
             )
-        parts = urlsplit(conn.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"{self.title} URL {public_url(conn.url)!r} must look like http(s)://host:port")
+        nodes = node_urls(conn.url, f"{self.env}_URL / {flag}")
         if conn.ca is not None and not conn.ca.is_file():
             raise ConfigError(f"CA file {conn.ca} not found; check --{self.name}-ca / {self.env}_CA")
-        user = conn.user or (unquote(parts.username) if parts.username else None)
-        password = conn.password or (unquote(parts.password) if parts.password else "")
-        return self._make_client(conn, user, password)
+        given = next((node for node in nodes if node.user), None)
+        user = conn.user or (given.user if given else None)
+        password = conn.password or (given.password if given and given.password else "")
+        return self._make_client(replace(conn, nodes=tuple(nodes)), user, password)
 
     def _make_client(self, conn: Connection, user: str | None, password: str) -> Any:
         raise NotImplementedError
@@ -192,8 +206,16 @@ class Dialect:
         info = self._body(exc)
         if isinstance(info, dict) and isinstance(info.get("error"), dict):
             err = info["error"]
-            return f"{err.get('type')}: {err.get('reason')}"
-        return f"{type(exc).__name__}: {exc}"
+            said = f"{err.get('type')}: {err.get('reason')}"
+            # "all shards failed" and the like: the cause the engine found is what to read.
+            roots = err.get("root_cause")
+            cause = err.get("caused_by") or (roots[0] if isinstance(roots, list) and roots else None)
+            if isinstance(cause, dict) and cause.get("reason") and cause.get("reason") != err.get("reason"):
+                said += f" ({cause.get('type')}: {cause.get('reason')})"
+            return said
+        # elastic_transport's errors print as "Connection error"; their message names the cause.
+        message = getattr(exc, "message", None)
+        return f"{type(exc).__name__}: {message if isinstance(message, str) and message else exc}"
 
     def _body(self, exc: BaseException) -> object:
         raise NotImplementedError

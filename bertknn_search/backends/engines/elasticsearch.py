@@ -16,7 +16,6 @@ from bertknn_search.backends.engines.dialect import (
     TIMEOUT_S,
     Connection,
     Dialect,
-    public_url,
 )
 from bertknn_search.terms import BIGRAM_JOIN
 
@@ -34,6 +33,7 @@ class ElasticsearchDialect(Dialect):
     title = "Elasticsearch"
     env = "ELASTICSEARCH"
     bigram_field = "bigrams"
+    default_port = 9201  # beside OpenSearch's 9200, as the README and docker-compose.yml set them up
 
     def __init__(self) -> None:
         from elastic_transport import ConnectionError as ESConnectionError
@@ -50,8 +50,11 @@ class ElasticsearchDialect(Dialect):
         from elasticsearch import Elasticsearch
 
         options: dict[str, Any] = {
-            "hosts": [public_url(conn.url or "")],
-            "max_retries": 0,
+            "hosts": conn.hosts,
+            # A node that does not answer: the next one of the list, at once; statuses are retried
+            # by ``client.call``, with backoff.
+            "max_retries": len(conn.hosts) - 1,
+            "retry_on_status": (),
             "retry_on_timeout": False,
             "request_timeout": TIMEOUT_S,
             "http_compress": conn.remote,

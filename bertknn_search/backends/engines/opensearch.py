@@ -13,7 +13,6 @@ from bertknn_search.backends.engines.dialect import (
     TIMEOUT_S,
     Connection,
     Dialect,
-    public_url,
 )
 
 
@@ -39,8 +38,11 @@ class OpenSearchDialect(Dialect):
         from opensearchpy import OpenSearch
 
         options: dict[str, Any] = {
-            "hosts": [public_url(conn.url or "")],
-            "max_retries": 0,
+            "hosts": conn.hosts,
+            # A node that does not answer: the next one of the list, at once; statuses are retried
+            # by ``client.call``, with backoff.
+            "max_retries": len(conn.hosts) - 1,
+            "retry_on_status": (),
             "timeout": TIMEOUT_S,
             "http_compress": conn.remote,  # JSON vectors compress about 3x: worth it off this machine
             "verify_certs": conn.verify,
