@@ -1,235 +1,48 @@
 """Real OpenSearch and Elasticsearch nodes from Maven Central jars, one JVM each, no Docker.
 
-``prepare`` fetches an engine's jars with Maven into a cache once (``<cache>/lib``) and compiles its
-launcher (``<cache>/classes``); ``Cluster`` starts N nodes of it on consecutive ports of 127.0.0.1,
-waits until they form one cluster and stops them. ``bertknn-search engine start`` and the tests share
-this module; nothing here imports the rest of the package.
+``jars.prepare`` fetches an engine's jars once and compiles its launcher; ``Cluster`` starts N nodes of it
+on consecutive ports of 127.0.0.1, waits until they form one cluster and stops them. Each node watches
+the process that started it and stops when it ends (kill -9 of ``engine start`` leaves no JVM behind).
+A data folder carries a marker naming its engine and version, checked before anything is written there.
+``bertknn-search engine start`` and the tests share this module; nothing here imports the rest of the
+package.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 
-HERE = files("bertknn_search.nodes")
-LOG4J = """status = error
-appender.console.type = Console
-appender.console.name = console
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d{ISO8601}][%-5p][%c{1}] %m%n
-rootLogger.level = warn
-rootLogger.appenderRef.console.ref = console
-"""
+from bertknn_search.nodes.jars import (
+    ENGINES,
+    LOG4J,
+    Engine,
+    EngineError,
+    cache_root,
+    engine,
+    find_java,
+    java_version,
+    prepare,
+)
 
-
-class EngineError(Exception):
-    """An engine cannot be prepared or started; the message is one line that says what to do."""
+__all__ = [
+    "ENGINES", "MARKER", "Cluster", "Engine", "EngineError", "Stopped", "cache_root", "check_data",
+    "default_data", "engine", "find_java", "free_port", "java_version", "port_free", "prepare",
+]  # fmt: skip
+MARKER = "bertknn-engine.json"  # in a data folder: {"engine": ..., "version": ...}
+WAITING_EVERY_S = 10.0  # how often a start that waits for its cluster says how far it is
 
 
 class Stopped(Exception):
     """Told to stop while the nodes were starting."""
-
-
-@dataclass(frozen=True)
-class Engine:
-    """One engine: where its pom and launcher are, and what its node settings are called."""
-
-    name: str  # "opensearch": the folder under nodes/ and the CLI's word
-    title: str  # "OpenSearch"
-    version: str
-    extras: str  # said in the ready line, e.g. "k-NN"
-    java: int  # the lowest Java feature release it runs on
-    initial_masters: str  # the setting that names the first cluster-manager nodes
-    jar_mb: int  # about how much the first fetch downloads (said before it starts)
-    settings: dict[str, str] = field(default_factory=dict)  # settings every node of it gets
-
-    @property
-    def label(self) -> str:
-        return f"{self.title} {self.version}, {self.extras}"
-
-
-ENGINES = {
-    "opensearch": Engine(
-        name="opensearch",
-        title="OpenSearch",
-        version="2.19.1",
-        extras="k-NN",
-        java=17,
-        initial_masters="cluster.initial_cluster_manager_nodes",
-        jar_mb=60,
-    ),
-    "elasticsearch": Engine(
-        name="elasticsearch",
-        title="Elasticsearch",
-        version="8.19.21",
-        extras="dense_vector",
-        java=17,
-        initial_masters="cluster.initial_master_nodes",
-        jar_mb=45,
-    ),
-}
-
-
-def engine(name: str) -> Engine:
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise EngineError(f"unknown engine {name!r}; choose {' or '.join(ENGINES)}") from None
-
-
-def cache_root() -> Path:
-    """Where fetched jars and compiled launchers live: $BERTKNN_ENGINE_CACHE or ~/.cache/bertknn-search."""
-    given = os.environ.get("BERTKNN_ENGINE_CACHE")
-    if given:
-        return Path(given)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "bertknn-search" / "engines"
-
-
-def _sources(spec: Engine) -> dict[str, bytes]:
-    folder = HERE.joinpath(spec.name)
-    return {
-        "pom.xml": folder.joinpath("pom.xml").read_bytes(),
-        "Launcher.java": folder.joinpath("Launcher.java").read_bytes(),
-        "maven-settings.xml": HERE.joinpath("maven-settings.xml").read_bytes(),
-    }
-
-
-def _stamp(sources: dict[str, bytes]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(sources):
-        digest.update(name.encode() + b"\0" + sources[name])
-    return digest.hexdigest()[:16]
-
-
-def find_java(minimum: int) -> Path:
-    """A ``java`` of at least ``minimum``: $JAVA_HOME's, the one on PATH, or a newer JDK under /usr/lib/jvm.
-
-    Raises:
-        EngineError: none found.
-    """
-    candidates = []
-    if os.environ.get("JAVA_HOME"):
-        candidates.append(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
-    on_path = shutil.which("java")
-    if on_path:
-        candidates.append(Path(on_path))
-    candidates += sorted(Path("/usr/lib/jvm").glob("*/bin/java"))
-    for java in candidates:
-        if java.is_file() and (java_version(java) or 0) >= minimum:
-            return java
-    raise EngineError(
-        f"the engines need Java {minimum} or newer and none was found; install a JDK (e.g. 'apt-get install"
-        f" openjdk-{minimum}-jdk-headless') or set JAVA_HOME"
-    )
-
-
-def java_version(java: Path) -> int | None:
-    """The feature release of ``java`` (17 for "17.0.15"), or None if it does not run."""
-    try:
-        out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30).stderr
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    if not match:
-        return None
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major  # "1.8" is Java 8
-
-
-def prepare(spec: Engine, say: Callable[[str], None] = print, progress: bool = True) -> Path:
-    """The cache folder holding ``lib/`` (the engine's jars) and ``classes/`` (its launcher), made once.
-
-    Raises:
-        EngineError: Java or Maven is missing, or Maven could not fetch the jars.
-    """
-    sources = _sources(spec)
-    home = cache_root() / f"{spec.name}-{spec.version}"
-    stamp = home / "ready"
-    want = _stamp(sources)
-    if stamp.is_file() and stamp.read_text().strip() == want:
-        return home
-    java = find_java(spec.java)
-    javac = java.parent / "javac"
-    if not javac.is_file():
-        raise EngineError(f"{java} has no javac beside it; install a JDK, not only a JRE, or set JAVA_HOME")
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise EngineError(
-            "Maven ('mvn') is needed once to fetch the engine's jars from Maven Central;"
-            " install it (e.g. 'apt-get install maven') and run the command again"
-        )
-    work = home.with_name(home.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "src").mkdir(parents=True)
-    for name, data in sources.items():
-        (work / "src" / name).write_bytes(data)
-    say(
-        f"fetching {spec.title} {spec.version} jars with Maven into {home} (about {spec.jar_mb} MB, once;"
-        " Maven keeps its own copy in ~/.m2)"
-    )
-    _maven(mvn, work, spec, progress)
-    classes = work / "classes"
-    env = dict(os.environ, JAVA_HOME=str(java.parent.parent))
-    compiled = subprocess.run(
-        [str(javac), "-nowarn", "-cp", str(work / "lib" / "*"), "-d", str(classes),
-         str(work / "src" / "Launcher.java")],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    if compiled.returncode != 0:
-        raise EngineError(f"compiling the {spec.title} launcher failed: {_last_line(compiled.stderr)}")
-    (classes / "log4j2.properties").write_text(LOG4J)
-    (work / "ready").write_text(want)
-    shutil.rmtree(home, ignore_errors=True)
-    work.rename(home)
-    return home
-
-
-def _maven(mvn: str, work: Path, spec: Engine, progress: bool) -> None:
-    command = [
-        mvn, "-B", "-s", str(work / "src" / "maven-settings.xml"), "-f", str(work / "src" / "pom.xml"),
-        "generate-resources", f"-Dengine.lib={work / 'lib'}",
-        f"-Dproject.build.directory={work / 'target'}",
-    ]  # fmt: skip
-    bar = None
-    if progress and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(desc="jars fetched", unit=" files", file=sys.stderr)
-    lines: list[str] = []
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        if bar is not None and line.startswith("Downloaded from"):
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    if proc.wait() != 0:
-        errors = [ln for ln in lines if "ERROR" in ln] or lines or ["no output"]
-        raise EngineError(
-            f"Maven could not fetch the {spec.title} jars: {errors[0].strip()[:300]}"
-            " (Maven Central must be reachable; run again to retry)"
-        )
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[0][:300] if lines else "no output"
 
 
 def port_free(port: int) -> bool:
@@ -260,6 +73,70 @@ def default_data() -> Path:
     return Path(base) / "bertknn-search"
 
 
+def check_data(spec: Engine, data: Path) -> None:
+    """Refuse a data folder that is not ``spec``'s, before anything is written into it.
+
+    A folder this module made carries ``MARKER``; one made before markers is told by its layout (an
+    Elasticsearch node installs ``modules/transport-netty4``; OpenSearch keeps ``data/nodes``); any other
+    folder with files in it is nobody's engine data here and is left alone too.
+
+    Raises:
+        EngineError: another engine's folder, a newer version's, or a folder of other files.
+    """
+    if not data.exists():
+        return
+    if not data.is_dir():
+        raise EngineError(f"--data {data} is a file, not a folder; give a folder for the nodes' data")
+    marker = data / MARKER
+    if marker.exists():
+        try:
+            found = json.loads(marker.read_text(encoding="utf-8"))
+            name, version = str(found["engine"]), str(found["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise EngineError(
+                f"{marker} is damaged; give another --data (that folder is left untouched)"
+            ) from None
+        if name != spec.name:
+            title = ENGINES[name].title if name in ENGINES else name
+            raise EngineError(
+                f"--data {data} holds the data of a {title} {version} cluster (its {MARKER}), not"
+                f" {spec.title}'s; give another --data for {spec.title} (that folder is left untouched)"
+            )
+        if _version(version) > _version(spec.version):
+            raise EngineError(
+                f"--data {data} was written by {spec.title} {version}, newer than the {spec.version} this"
+                " version starts, which cannot read it; give another --data (that folder is left untouched)"
+            )
+        return
+    entries = sorted(p.name for p in data.iterdir())
+    if not entries:
+        return
+    guessed = _guess(data)
+    if guessed is not None and guessed != spec.name:
+        raise EngineError(
+            f"--data {data} holds the data of a {ENGINES[guessed].title} cluster, not {spec.title}'s;"
+            f" give another --data for {spec.title} (that folder is left untouched)"
+        )
+    if guessed is None and any(not name.startswith("node-") for name in entries):
+        raise EngineError(
+            f"--data {data} holds other files ({', '.join(entries[:3])}{', ...' * (len(entries) > 3)});"
+            " give an empty or new folder for the nodes' data (that folder is left untouched)"
+        )
+
+
+def _guess(data: Path) -> str | None:
+    """The engine whose nodes wrote ``data`` before folders had a marker; None when it cannot be told."""
+    if any(data.glob("node-*/modules/transport-netty4")):
+        return "elasticsearch"
+    if any(data.glob("node-*/data/nodes")):
+        return "opensearch"
+    return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) if part.isdigit() else 0 for part in text.split("."))
+
+
 class Cluster:
     """N nodes of one engine, one JVM each, on ports ``port..port+N-1`` (transport ``port+100...``)."""
 
@@ -282,6 +159,8 @@ class Cluster:
         self.extra = settings or {}
         self.home: Path | None = None
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * nodes
+        # Where this run's part of each node's console.log begins (the log is appended to).
+        self.log_starts = [0] * nodes
 
     @property
     def url(self) -> str:
@@ -297,35 +176,65 @@ class Cluster:
         progress: bool = True,
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
-        """Fetch if needed, start every node and wait until all of them form one cluster.
+        """Check the data folder, fetch if needed, start every node and wait until they form one cluster.
 
         Args:
+            say: gets a line for each step, with the seconds since the start.
             stopping: polled while the nodes start; True gives up (``Stopped``), the caller stops them.
 
         Raises:
-            EngineError: a port is taken, a node died, or the cluster did not form within ``timeout``.
+            EngineError: the data folder is another's, a port is taken, a node died, or the cluster did
+                not form within ``timeout``.
             Stopped: ``stopping`` said so before the cluster was ready.
         """
-        self.home = prepare(self.spec, say, progress)
-        java = find_java(self.spec.java)
-        taken = [
-            p for i in range(self.nodes) for p in (self.port + i, self.port + 100 + i) if not port_free(p)
-        ]
-        if taken:
-            raise EngineError(
-                f"port {taken[0]} on 127.0.0.1 is taken (another engine or server?); stop it or pass --port"
-            )
-        for i in range(self.nodes):
-            self._spawn(i, java)
-        self.wait_ready(timeout, stopping=stopping)
+        began = time.monotonic()
 
-    def _spawn(self, i: int, java: Path | None = None) -> None:
+        def tell(line: str) -> None:
+            say(f"[{time.monotonic() - began:5.1f} s] {line}")
+
+        plural = "s" * (self.nodes > 1)
+        tell(
+            f"starting {self.spec.title} {self.spec.version} on {self.url} ({self.nodes} node{plural};"
+            f" data in {self.data})"
+        )
+        check_data(self.spec, self.data)  # before anything is written there
+        self._check_ports()  # before a fetch of minutes
+        self.home = prepare(self.spec, tell, progress)
+        java = find_java(self.spec.java)
+        self._check_ports()
+        self.data.mkdir(parents=True, exist_ok=True)
+        marker = {"engine": self.spec.name, "version": self.spec.version}
+        (self.data / MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
+        for i in range(self.nodes):
+            tell(
+                f"starting node {i + 1} of {self.nodes} (HTTP port {self.port + i},"
+                f" transport {self.port + 100 + i})"
+            )
+            self._spawn(i, java)
+        tell(
+            f"waiting for the cluster to be ready ({self.nodes} node{plural} joined, health green or yellow)"
+        )
+        self.wait_ready(timeout, stopping=stopping, say=tell)
+        tell(f"ready in {time.monotonic() - began:.1f} s")
+
+    def _check_ports(self) -> None:
+        """Raises EngineError naming the first port of the nodes that is taken, HTTP or transport."""
+        for i in range(self.nodes):
+            if not port_free(self.port + i):
+                raise EngineError(
+                    f"port {self.port + i} on 127.0.0.1 is taken (another engine or server?); stop it or"
+                    " pass --port"
+                )
+            if not port_free(self.port + 100 + i):
+                raise EngineError(
+                    f"port {self.port + 100 + i} on 127.0.0.1, the transport port of node {i} (--port + 100),"
+                    " is taken (another engine's transport?); stop it or pass another --port"
+                )
+
+    def command(self, i: int, java: Path) -> list[str]:
+        """The command line of node ``i``: its JVM, the launcher and every node setting."""
         assert self.home is not None
-        java = java or find_java(self.spec.java)
         node_home = self.data / f"node-{i}"
-        (node_home / "config").mkdir(parents=True, exist_ok=True)
-        (node_home / "config" / "log4j2.properties").write_text(LOG4J)
-        (node_home / "logs").mkdir(exist_ok=True)
         names = [f"node-{j}" for j in range(self.nodes)]
         settings = {
             "path.home": str(node_home),
@@ -348,25 +257,43 @@ class Cluster:
             settings["discovery.seed_hosts"] = seeds
             settings[self.spec.initial_masters] = ",".join(names)
         settings.update(self.extra)
-        command = [
+        return [
             str(java), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-Xss1m",
             "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dlog4j2.disable.jmx=true",
             "-Dlog4j.shutdownHookEnabled=false", f"-Djava.io.tmpdir={node_home}",
+            # The launcher stops the node when this process ends, however it ends (kill -9 included):
+            # the node runs in a session of its own, which no signal to this one reaches.
+            f"-Dbertknn.parent={os.getpid()}",
             "-cp", f"{self.home / 'classes'}{os.pathsep}{self.home / 'lib' / '*'}",
             "Launcher", *(f"{k}={v}" for k, v in settings.items()),
         ]  # fmt: skip
+
+    def _spawn(self, i: int, java: Path | None = None) -> None:
+        java = java or find_java(self.spec.java)
+        node_home = self.data / f"node-{i}"
+        (node_home / "config").mkdir(parents=True, exist_ok=True)
+        (node_home / "config" / "log4j2.properties").write_text(LOG4J)
+        (node_home / "logs").mkdir(exist_ok=True)
         log = open(node_home / "logs" / "console.log", "ab")  # noqa: SIM115 (the child holds it)
+        self.log_starts[i] = log.tell()
         self.procs[i] = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+            self.command(i, java), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
         log.close()
 
     def wait_ready(
-        self, timeout: float = 180, nodes: int | None = None, stopping: Callable[[], bool] = lambda: False
+        self,
+        timeout: float = 180,
+        nodes: int | None = None,
+        stopping: Callable[[], bool] = lambda: False,
+        say: Callable[[str], None] = lambda line: None,
     ) -> None:
-        """Wait until ``nodes`` (all) nodes answer and the cluster has them all and is not red."""
+        """Wait until ``nodes`` (all) nodes answer and the cluster has them all and is not red; ``say``
+        gets a line every ``WAITING_EVERY_S`` on how far it is."""
         want = self.nodes if nodes is None else nodes
         deadline = time.monotonic() + timeout
+        told = time.monotonic()
         while True:
             if stopping():
                 raise Stopped
@@ -374,13 +301,26 @@ class Cluster:
                 if proc is not None and proc.poll() is not None:
                     raise EngineError(f"{self.spec.title} node {i} exited ({proc.returncode}): {self.why(i)}")
             health = self._health()
-            if health and health.get("number_of_nodes", 0) >= want and health.get("status") != "red":
+            if (
+                health
+                and int(str(health.get("number_of_nodes", 0))) >= want
+                and health.get("status") != "red"
+            ):
                 return
             if time.monotonic() > deadline:
                 raise EngineError(
                     f"{self.spec.title} did not become ready on {self.url} within {timeout:.0f} s;"
                     f" see {self.data}/node-*/logs/console.log"
                 )
+            if time.monotonic() - told >= WAITING_EVERY_S:
+                told = time.monotonic()
+                if health:
+                    say(
+                        f"still waiting: {health.get('number_of_nodes')} of {want} nodes joined,"
+                        f" health {health.get('status')}"
+                    )
+                else:
+                    say("still waiting: no node answers HTTP yet")
             time.sleep(0.5)
 
     def _health(self) -> dict[str, object] | None:
@@ -395,14 +335,18 @@ class Cluster:
         return None
 
     def why(self, i: int) -> str:
-        """The first ``error:`` line of node ``i``'s console log (the launcher prints one), else its last."""
+        """The first ``error:`` line of this run's part of node ``i``'s console log (the launcher prints
+        one), else its last line; what earlier runs appended above it is not this run's reason."""
         log = self.data / f"node-{i}" / "logs" / "console.log"
         try:
-            lines = log.read_text(errors="replace").splitlines()
+            with open(log, "rb") as f:
+                f.seek(self.log_starts[i])
+                lines = f.read().decode("utf-8", "replace").splitlines()
         except OSError:
             return "no log"
+        lines = [ln for ln in lines if ln.strip()]
         errors = [ln for ln in lines if "error:" in ln]
-        return (errors or lines or ["no output"])[0].strip()[:300]
+        return (errors[:1] or lines[-1:] or ["no output"])[0].strip()[:300]
 
     def kill(self, i: int) -> None:
         """kill -9 node ``i`` (a fault test's node loss)."""

@@ -41,12 +41,18 @@ def engine_group() -> None:
     help="Where the nodes keep their data [default ~/.local/share/bertknn-search/NAME-PORT].",
 )
 @click.option("--heap", default="1g", show_default=True, help="JVM heap of each node (-Xmx).")
-@click.option("--no-progress", is_flag=True, help="No progress bar while the jars are fetched.")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="No progress bar while the jars are fetched (a line every 10 s instead).",
+)
 def start(name: str, port: int, nodes: int, data: Path | None, heap: str, no_progress: bool) -> None:
     """Start NAME on 127.0.0.1 and run until Ctrl-C or SIGTERM, which stop every node cleanly.
 
     The first start fetches the engine's jars from Maven Central (Java 17+ and Maven needed) into
-    ~/.cache/bertknn-search/engines (or $BERTKNN_ENGINE_CACHE); later starts reuse them.
+    ~/.cache/bertknn-search/engines (or $BERTKNN_ENGINE_CACHE); later starts reuse them. Each step is said
+    on stderr with its seconds; the nodes stop with this command, however it ends. The data folder is
+    marked with its engine: another engine's folder is refused before anything is written there.
 
     Example: bertknn-search engine start elasticsearch --port 9201
     """

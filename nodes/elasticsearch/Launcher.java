@@ -72,6 +72,7 @@ public final class Launcher {
         System.setProperty("log4j2.disable.jmx", "true");
         System.setProperty("log4j2.formatMsgNoLookups", "true");
         try {
+            watchParent();
             Settings settings = parseArgs(args);
             configureLogging(settings.get("logger.level", "WARN"));
             start(settings);
@@ -95,6 +96,28 @@ public final class Launcher {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
+    }
+
+    /**
+     * Stop the node (System.exit runs the shutdown hook, which closes it) when the process named by
+     * -Dbertknn.parent ends, however it ends: the node runs in a session of its own, so a kill -9 of
+     * the Python side that started it would otherwise leave this JVM running, its ports taken.
+     */
+    private static void watchParent() {
+        String given = System.getProperty("bertknn.parent");
+        if (given == null) {
+            return;
+        }
+        long pid = Long.parseLong(given);
+        java.util.Optional<ProcessHandle> parent = ProcessHandle.of(pid);
+        if (parent.isEmpty() || !parent.get().isAlive()) {
+            System.err.println("error: the process that started this node (pid " + pid + ") has ended");
+            Runtime.getRuntime().halt(1);
+        }
+        parent.get().onExit().thenRun(() -> {
+            System.err.println("the process that started this node (pid " + pid + ") ended: stopping");
+            System.exit(0);
+        });
     }
 
     private static Settings parseArgs(String[] args) {

@@ -38,6 +38,7 @@ public final class Launcher {
 
     public static void main(String[] args) {
         try {
+            watchParent();
             run(args);
         } catch (Throwable t) {
             Throwable root = t;
@@ -48,6 +49,28 @@ public final class Launcher {
             t.printStackTrace();
             System.exit(1);
         }
+    }
+
+    /**
+     * Stop the node (System.exit runs the shutdown hook, which closes it) when the process named by
+     * -Dbertknn.parent ends, however it ends: the node runs in a session of its own, so a kill -9 of
+     * the Python side that started it would otherwise leave this JVM running, its ports taken.
+     */
+    private static void watchParent() {
+        String given = System.getProperty("bertknn.parent");
+        if (given == null) {
+            return;
+        }
+        long pid = Long.parseLong(given);
+        java.util.Optional<ProcessHandle> parent = ProcessHandle.of(pid);
+        if (parent.isEmpty() || !parent.get().isAlive()) {
+            System.err.println("error: the process that started this node (pid " + pid + ") has ended");
+            Runtime.getRuntime().halt(1);
+        }
+        parent.get().onExit().thenRun(() -> {
+            System.err.println("the process that started this node (pid " + pid + ") ended: stopping");
+            System.exit(0);
+        });
     }
 
     private static void run(String[] args) throws Exception {
