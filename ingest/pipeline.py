@@ -165,7 +165,9 @@ def ingest(
         if early is not None:
             chunks = pool.map(_chunks(records, *_text_chunk(), FIRST_TEXT_CHUNK), _spec(config, early))
             first_chunk = _ahead(chunks)
-        encoder = encoder or Encoder(config.model, config.layer, config.device, config.max_length, precision)
+        encoder = encoder or Encoder(
+            config.model, config.layer, config.device, config.max_length, precision, config.runtime
+        )
         device = encoder.placement.device  # a bad --device fails here, before an index is created
         bar.on(str(device))
         if progress and not lazy:  # a lazy ingest runs no model: nothing to say

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertknn_search.errors import ConfigError, InputFormatError
-from bertknn_search.ingest import readers
+from bertknn_search.ingest import xml_dump
 from bertknn_search.ingest.readers import FORMATS, detect_format, read_articles
 from bertknn_search.records import Article
 
@@ -445,7 +445,7 @@ def test_an_xml_page_over_the_limit_is_skipped_by_its_wikitext_bytes(tmp_path: P
 
 def test_xml_fed_in_tiny_pieces_reads_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path / "dump.xml", dump(*WIKI_PAGES))
-    monkeypatch.setattr(readers, "_PIECE", 7)  # pages, tags and entities split across reads
+    monkeypatch.setattr(xml_dump, "_PIECE", 7)  # pages, tags and entities split across reads
     assert list(read_articles(path)) == WIKI_ARTICLES
 
 
