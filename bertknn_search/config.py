@@ -22,6 +22,9 @@ CONTEXT_MODES = ("eager", "lazy")
 # The encoder's arithmetic; "auto" picks per machine (placement.choose_precision) and an index records
 # the one its contexts were encoded in.
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
+# Which code runs the encoder: "torch" (plain torch, BERT checkpoints), "transformers" (any checkpoint, the
+# reference), or "auto": plain torch where it can run the checkpoint (encoding.runtime.choose_runtime).
+RUNTIMES = ("auto", "torch", "transformers")
 # Adaptive retrieval (Mallen et al. 2023): which signal decides whether a question retrieves at all.
 GATES = ("none", "popularity", "top1", "entropy")
 # Evidence shown for an answer: the nearest neighbours, or picked by information gain (Banerjee et al.).
@@ -105,6 +108,7 @@ class Config:
     # How the work runs.
     device: str = "auto"
     precision: str = "auto"
+    runtime: str = "auto"
     batch_size: int | None = None  # None: CPU_BATCH on a CPU, GPU_BATCH on a GPU (see batch_for)
     top: int = 10
     max_article_bytes: int = MAX_ARTICLE_BYTES  # what ``ingest wiki`` and ``add`` read of one article
@@ -168,6 +172,7 @@ class Config:
             (self.store_dtype in STORE_DTYPES, f"store dtype must be one of {STORE_DTYPES}"),
             (self.contexts in CONTEXT_MODES, f"--contexts must be one of {CONTEXT_MODES}"),
             (self.precision in PRECISIONS, f"--precision must be one of {PRECISIONS}"),
+            (self.runtime in RUNTIMES, f"--runtime must be one of {RUNTIMES}, got {self.runtime!r}"),
             (
                 self.cache_size is None or self.cache_size > 0,
                 f"--cache-size must be > 0 bytes, got {self.cache_size}",

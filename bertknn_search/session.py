@@ -112,7 +112,7 @@ def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
 
         # The index records the limit in effect, capped at the model's: a larger request means the same.
         locate_model(meta.model, f"from the index at {where}")
-        capped = Encoder(meta.model, meta.layer, "cpu", config.max_length).max_length
+        capped = Encoder(meta.model, meta.layer, "cpu", config.max_length, runtime=config.runtime).max_length
         config = config.replace(max_length=capped)
     for name in ADOPTED:
         # --precision auto means "whatever the index holds", so only a named precision can disagree.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -247,3 +248,117 @@ def test_between_blocks_runs_before_each_block_of_a_key_encode_and_not_within_it
     encoder.key_states(rows, positions)
     encoder.query(["after [MASK] ."])
     assert len(calls) == encoder.layer  # outside the block, nothing is called
+
+
+# -- one encoder interface, two runtimes (issue 41) ---------------------------------------------------------
+def test_a_bert_checkpoint_runs_in_plain_torch_with_the_tokenizers_library(encoder: Encoder) -> None:
+    from bertknn_search.encoding.bert_torch import BertForMaskedLM
+    from bertknn_search.encoding.tokenizer_file import FileTokenizer
+
+    assert encoder.runtime.name == "torch" and encoder.runtime.line == ""
+    assert isinstance(encoder.tokenizer, FileTokenizer)
+    assert isinstance(encoder.mlm, BertForMaskedLM)
+
+
+def test_both_runtimes_give_the_same_states_and_p_bert_in_fp32(tiny_model: Path) -> None:
+    questions = ["zorblat was born in [MASK] .", "[MASK] knew zorblat as a famous painter in the north ."]
+    torch_run = Encoder(str(tiny_model), 7, "cpu", 64, "fp32", runtime="torch")
+    reference = Encoder(str(tiny_model), 7, "cpu", 64, "fp32", runtime="transformers")
+    assert type(reference.mlm).__module__.startswith("transformers.")
+    (s1, p1), (s2, p2) = torch_run.query(questions), reference.query(questions)
+    np.testing.assert_allclose(s1, s2, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(p1, p2, atol=1e-5, rtol=0)
+    rows = [torch_run.prepare(q) for q in questions]
+    assert rows == [reference.prepare(q) for q in questions]
+    positions = [r.index(torch_run.tokenizer.mask_token_id) for r in rows]
+    np.testing.assert_allclose(
+        torch_run.key_states(rows, positions).astype(np.float32),
+        reference.key_states(rows, positions).astype(np.float32),
+        atol=2e-3,  # float16 keys: one step of float16 at most
+    )
+
+
+def test_the_oracle_answers_are_the_same_with_either_runtime(built_index: Any, facts: list[Any]) -> None:
+    from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
+
+    questions = [Question(f"{f.person.title()} was born in [MASK].", f.person.title()) for f in facts]
+    scored = {}
+    for runtime in ("torch", "transformers"):
+        searcher = Searcher.open(built_index.replace(runtime=runtime))
+        try:
+            scored[runtime] = searcher.score_batch(questions)
+        finally:
+            searcher.close()
+    for a, b in zip(scored["torch"], scored["transformers"]):
+        np.testing.assert_allclose(a.p, b.p, atol=1e-5, rtol=0)
+        assert list(a.neighbors.token_ids) == list(b.neighbors.token_ids)
+
+
+@pytest.fixture(scope="module")
+def distilbert(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised DistilBERT masked LM with the tiny model's tokenizer: not BERT."""
+    import shutil
+
+    import torch
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    out = tmp_path_factory.mktemp("distilbert")
+    torch.manual_seed(0)
+    config = DistilBertConfig(
+        vocab_size=137, dim=64, n_layers=2, n_heads=2, hidden_dim=128, max_position_embeddings=64
+    )
+    DistilBertForMaskedLM(config).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        shutil.copy(tiny_model / name, out / name)
+    return out
+
+
+def test_another_architecture_runs_in_transformers_and_says_so_in_one_line(
+    distilbert: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    encoder = Encoder(str(distilbert), 2, "cpu", 64, "fp32")
+    assert encoder.runtime.name == "transformers"
+    states, p_bert = encoder.query(["zorblat was born in [MASK] ."])
+    assert states.shape == (1, 64) and p_bert is not None
+    said = [line for line in capsys.readouterr().err.splitlines() if "transformers" in line]
+    assert len(said) == 1 and "model_type 'distilbert' is not bert" in said[0]
+
+
+def test_runtime_torch_on_another_architecture_is_a_one_line_error(distilbert: Path) -> None:
+    with pytest.raises(ModelLoadError) as err:
+        Encoder(str(distilbert), 2, "cpu", 64, "fp32", runtime="torch")
+    assert "\n" not in str(err.value) and "--runtime auto or transformers" in str(err.value)
+
+
+def test_an_unknown_runtime_is_refused(tiny_model: Path) -> None:
+    from bertknn_search.config import Config
+    from bertknn_search.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--runtime must be one of"):
+        Config(runtime="jax")
+    with pytest.raises(ConfigError, match="--runtime must be one of"):
+        Encoder(str(tiny_model), 2, "cpu", 64, runtime="jax")
+
+
+def test_the_environment_picks_the_runtime_of_auto(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BERTKNN_RUNTIME", "transformers")
+    assert Encoder(str(tiny_model), 2, "cpu", 64).runtime.name == "transformers"
+    assert Encoder(str(tiny_model), 2, "cpu", 64, runtime="torch").runtime.name == "torch"
+
+
+def test_a_checkpoint_without_tokenizer_json_runs_in_torch_with_transformers_tokenizer(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from bertknn_search.encoding.tokenizer_file import FileTokenizer
+
+    folder = tmp_path / "no-tokenizer-json"
+    shutil.copytree(tiny_model, folder)
+    (folder / "tokenizer.json").unlink()
+    encoder = Encoder(str(folder), 7, "cpu", 64, "fp32")
+    assert encoder.runtime.name == "torch" and not isinstance(encoder.tokenizer, FileTokenizer)
+    reference = Encoder(str(tiny_model), 7, "cpu", 64, "fp32")
+    question = ["zorblat was born in [MASK] ."]
+    np.testing.assert_array_equal(encoder.query(question)[1], reference.query(question)[1])

@@ -222,3 +222,91 @@ def test_opensearch_meta_carries_the_precision() -> None:
     names = {"articles": "p-articles", "contexts": "p-contexts"}
     response = {names[kind]: {"mappings": made[kind]["mappings"]} for kind in ("articles", "contexts")}
     assert bodies.meta_from_mappings(response, names, "here").precision == "int8"
+
+
+# -- the same question, the same answer (issue 39): bf16 that does not depend on the batch --------------
+QUESTIONS = [
+    *TEXTS,
+    "the painter from quenton was born in [MASK] in the north near the river .",
+    "[MASK] lived in quenton .",
+]
+
+
+@pytest.fixture(scope="module")
+def bf16(tiny_model: Path) -> Encoder:
+    return Encoder(str(tiny_model), layer=7, device="cpu", max_length=64, precision="bf16")
+
+
+def test_a_bf16_question_is_encoded_the_same_alone_and_in_any_batch(bf16: Encoder) -> None:
+    states, p_bert = bf16.query(QUESTIONS)
+    assert p_bert is not None
+    for i, question in enumerate(QUESTIONS):
+        alone_states, alone_p = bf16.query([question])
+        assert alone_p is not None
+        np.testing.assert_array_equal(alone_states[0], states[i])
+        np.testing.assert_array_equal(alone_p[0], p_bert[i])
+    reordered = bf16.query(QUESTIONS[::-1] + QUESTIONS[:2])[1]
+    assert reordered is not None
+    np.testing.assert_array_equal(reordered[: len(QUESTIONS)], p_bert[::-1])
+
+
+def _bf16_keys(encoder: Encoder, order: list[int]) -> np.ndarray:
+    rows = [encoder.prepare(QUESTIONS[i]) for i in order]
+    keys = encoder.key_states(rows, [r.index(encoder.tokenizer.mask_token_id) for r in rows])
+    return keys[np.argsort(order)]
+
+
+def test_bf16_keys_do_not_depend_on_batch_mates_order_or_the_process(bf16: Encoder, tiny_model: Path) -> None:
+    every = list(range(len(QUESTIONS)))
+    keys = _bf16_keys(bf16, every)
+    np.testing.assert_array_equal(keys, _bf16_keys(bf16, every[::-1]))
+    for i in every:
+        np.testing.assert_array_equal(keys[i : i + 1], _bf16_keys(bf16, [i]))
+    # Another process, with one thread where this one may have several (a server beside a CLI).
+    probe = (
+        "import sys, torch, numpy as np\n"
+        "torch.set_num_threads(1)\n"
+        "from bertknn_search.encoding.encoder import Encoder\n"
+        f"e = Encoder({str(tiny_model)!r}, 7, 'cpu', 64, 'bf16')\n"
+        f"rows = [e.prepare(q) for q in {QUESTIONS!r}]\n"
+        "k = e.key_states(rows, [r.index(e.tokenizer.mask_token_id) for r in rows])\n"
+        "sys.stdout.write(k.astype(np.float32).tobytes().hex())\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
+    )
+    other = np.frombuffer(bytes.fromhex(out.stdout), dtype=np.float32).reshape(keys.shape)
+    np.testing.assert_array_equal(other, keys.astype(np.float32))
+
+
+def test_bf16_answers_are_the_same_asked_together_or_one_at_a_time(
+    base_config: Config, corpus: Path, facts: list, tmp_path: Path
+) -> None:
+    """Two copies of one lazy bf16 index: one asked a batch (its contexts encoded together), the other
+    each question alone (its contexts encoded in other batches). Every distribution agrees within 1e-4."""
+    import shutil
+
+    from bertknn_search.ingest.pipeline import ingest
+    from bertknn_search.query.search import Searcher
+    from bertknn_search.records import Question
+
+    config = base_config.replace(index=tmp_path / "a", contexts="lazy", precision="bf16", exact=True)
+    ingest(corpus, config, progress=False)
+    shutil.copytree(config.index, tmp_path / "b")
+    questions = [Question(f"{f.person.title()} was born in [MASK].", f.person.title()) for f in facts[:8]]
+    together = Searcher.open(config)
+    alone = Searcher.open(config.replace(index=tmp_path / "b"))
+    try:
+        batch = together.score_batch(questions)
+        singles = [alone.score_batch([q])[0] for q in questions]
+    finally:
+        together.close()
+        alone.close()
+    for a, b in zip(batch, singles):
+        assert a.p_bert is not None and b.p_bert is not None
+        np.testing.assert_allclose(a.p_bert, b.p_bert, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(a.p_knn, b.p_knn, atol=1e-4, rtol=0)
+        np.testing.assert_allclose(a.p, b.p, atol=1e-4, rtol=0)

@@ -16,6 +16,7 @@ from bertknn_search.config import (
     GATES,
     MASK_POLICIES,
     PRECISIONS,
+    RUNTIMES,
     STORE_DTYPES,
     finite,
 )
@@ -125,6 +126,12 @@ def model_options(new_index: bool) -> Decorator:
             type=click.Choice(PRECISIONS),
             help="Encoder arithmetic; an index keeps the one its contexts were encoded in [default"
             f" {precision_default}: bf16 on a GPU or a CPU with AVX512-BF16/AMX, else fp32; int8: CPU only].",
+        ),
+        click.option(
+            "--runtime",
+            type=click.Choice(RUNTIMES),
+            help="What runs the encoder: torch (plain torch, BERT checkpoints) or transformers (any; the"
+            " reference) [env BERTKNN_RUNTIME; default auto: torch where the checkpoint is BERT].",
         ),
     )
 

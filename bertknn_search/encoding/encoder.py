@@ -1,7 +1,7 @@
 """Encoder: text -> hidden states at [MASK] (the kNN keys and queries) and p_BERT.
 
 Where it runs is ``placement``, where its files are ``model_lookup``, whether it has an MLM head
-``heads``; this module loads the model and runs it.
+``heads``, which runtime runs it ``runtime``; this module loads the model and runs it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from bertknn_search.encoding.deferred_imports import deferred
 from bertknn_search.encoding.heads import architectures_have_head, no_head_line
 from bertknn_search.encoding.model_lookup import CACHE, HUB, hub_unreachable, locate_model
 from bertknn_search.encoding.placement import Placement, place
+from bertknn_search.encoding.runtime import TORCH, Runtime, choose_runtime
 from bertknn_search.errors import ModelLoadError, QuestionError
 from bertknn_search.textcheck import MASK, check_question
 
@@ -43,7 +44,13 @@ class Encoder:
     """
 
     def __init__(
-        self, model: str, layer: int, device: str = "auto", max_length: int = 512, precision: str = "auto"
+        self,
+        model: str,
+        layer: int,
+        device: str = "auto",
+        max_length: int = 512,
+        precision: str = "auto",
+        runtime: str = "auto",
     ) -> None:
         self.model_name = model
         self.layer = layer
@@ -51,13 +58,9 @@ class Encoder:
         self.requested_precision = precision
         self.max_length = max_length
         self.source = locate_model(model)
+        self.runtime: Runtime = choose_runtime(model, self.source != HUB, runtime)
         try:
-            from transformers import AutoConfig, AutoTokenizer
-
-            # On disk (a folder or the HF cache): never ask the hub, which retries for a minute offline.
-            offline = self.source != HUB
-            self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True, local_files_only=offline)
-            self.model_config = AutoConfig.from_pretrained(model, local_files_only=offline)
+            self.tokenizer, self.model_config = self.runtime.tokenizer_and_config()
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"cannot load model {model!r}: {_first_line(exc)}") from exc
         n_layers = int(getattr(self.model_config, "num_hidden_layers", 0))
@@ -141,6 +144,16 @@ class Encoder:
     # -- the two views -----------------------------------------------------------------------------
     def _load(self, **overrides: Any) -> tuple[Any, list[str]]:
         """The model, and the names of the head's weights the checkpoint lacks (randomly initialised)."""
+        if self.runtime.name == TORCH:
+            model, missing = self.runtime.load_torch(self.placement, overrides.get("num_hidden_layers"))
+        else:
+            model, missing = self._load_transformers(overrides)
+        model = model.to(self.placement.device).eval()
+        if self.precision == "int8":
+            _quantize_blocks(model.base_model)
+        return model, missing
+
+    def _load_transformers(self, overrides: dict[str, Any]) -> tuple[Any, list[str]]:
         from transformers import AutoModelForMaskedLM
         from transformers.utils import logging as hf_logging
 
@@ -159,9 +172,6 @@ class Encoder:
             hf_logging.set_verbosity(verbosity)
             if bars:
                 hf_logging.enable_progress_bar()
-        model = model.to(self.placement.device).eval()
-        if self.precision == "int8":
-            _quantize_blocks(model.base_model)
         base = f"{model.base_model_prefix}."
         missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(base))
         return model, missing
@@ -188,12 +198,16 @@ class Encoder:
     def mlm(self) -> Any:
         """The whole masked LM (its head randomly initialised where the checkpoint has none: unused)."""
         model, self._head_missing = self._load()
+        lines = [self.runtime.line] if self.runtime.line else []
         why = self._no_head_reason()
         if why is not None:
+            lines.append(no_head_line(self.model_name, why))
+        if lines:
             # tqdm.write: the model loads while an ingest or eval progress bar may be on screen.
             from tqdm import tqdm
 
-            tqdm.write(no_head_line(self.model_name, why), file=sys.stderr)
+            for line in lines:
+                tqdm.write(line, file=sys.stderr)
         return model
 
     @cached_property

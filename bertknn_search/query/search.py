@@ -110,7 +110,9 @@ class Searcher:
         try:
             # A query is encoded as the index's contexts were, so that its state compares with theirs.
             precision = backend.meta().precision if config.precision == "auto" else config.precision
-            encoder = Encoder(config.model, config.layer, config.device, config.max_length, precision)
+            encoder = Encoder(
+                config.model, config.layer, config.device, config.max_length, precision, config.runtime
+            )
             return cls(config, searchable(backend, encoder, config), encoder)
         except BaseException:
             backend.close()

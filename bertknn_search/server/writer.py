@@ -52,7 +52,7 @@ class Writer:
         config = self.config
         if self._encoder is None:
             self._encoder = Encoder(
-                config.model, config.layer, config.device, config.max_length, config.precision
+                config.model, config.layer, config.device, config.max_length, config.precision, config.runtime
             )
         self.running = f"add of {len(articles):,} articles"
         log.info("%s started", self.running)
