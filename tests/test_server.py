@@ -17,7 +17,7 @@ pytest.importorskip("fastapi", reason="the server needs fastapi (pip install -e 
 from fastapi.testclient import TestClient
 
 from bertknn_search.backends import open_backend
-from bertknn_search.config import CPU_BUDGET, Config
+from bertknn_search.config import CPU_BUDGET, CPU_BUDGET_S, Config
 from bertknn_search.demo import Fact
 from bertknn_search.output import to_json
 from bertknn_search.query.search import Searcher
@@ -325,11 +325,12 @@ def test_stats_defaults_are_spelled_as_requests_spell_them(api: TestClient, fact
     defaults = api.get("/stats").json()["server"]["defaults"]
     assert set(defaults) == {
         *("top", "k", "n-articles", "lambda", "temperature", "distance", "no-ir", "gate"),
-        *("gate-thresholds", "evidence", "budget", "exact"),
+        *("gate-thresholds", "evidence", "budget", "budget-s", "exact"),
     }
     assert defaults["lambda"] == 0.3 and defaults["no-ir"] is False and defaults["n-articles"] == 3
     # The device's budget when none was given (a CPU here), not a null that reads as "exact".
     assert defaults["budget"] == CPU_BUDGET and defaults["exact"] is False
+    assert defaults["budget-s"] == CPU_BUDGET_S  # and its seconds, which a request may now send
     # What /stats says a request gets is itself a valid request, with the same answer as none.
     given = api.post("/query", json={**born(facts[0]), **defaults}).json()["answers"][0]
     assert given == api.post("/query", json=born(facts[0])).json()["answers"][0]

@@ -58,6 +58,7 @@ def over_limits(facts: list[Fact]) -> dict[str, tuple[dict[str, Any], int]]:
     q = born(facts[0])
     return {
         "budget": ({**q, "budget": DEFAULTS.budget + 1}, 422),
+        "budget-s": ({**q, "budget-s": DEFAULTS.budget_s + 1}, 422),
         "exact": ({**q, "exact": True}, 422),
         "n-articles": ({**q, "n-articles": DEFAULTS.n_articles + 1}, 422),
         "questions": ({"questions": [born(f) for f in facts[: DEFAULTS.questions + 1]]}, 413),
@@ -75,6 +76,9 @@ def test_a_request_without_a_token_is_held_to_each_limit(guarded: TestClient, fa
     for body in (
         {**q, "budget": DEFAULTS.budget, "n-articles": DEFAULTS.n_articles, "exact": False},
         {"questions": [born(f) for f in facts[: DEFAULTS.questions]]},
+        # Seconds alone bound a question's encoding: no budget of contexts is asked, none is refused.
+        {**q, "budget-s": DEFAULTS.budget_s},
+        {**q, "budget-s": 0.5, "budget": DEFAULTS.budget},
     ):
         assert guarded.post("/query", json=body).status_code == 200, body
 
@@ -126,7 +130,7 @@ def test_the_servers_own_defaults_are_never_refused(built_index: Config, facts: 
                 "exact": True,
                 "articles": 100,
             },
-            **{"query-body-mb": 1.0, "lifted-by-token": False},
+            **{"query-body-mb": 1.0, "lifted-by-token": False, "budget-s": DEFAULTS.budget_s},
         }  # budget: exact needs none; without exact it would be the server's 500
         body = {**born(facts[0]), "n-articles": 20, "exact": True}
         assert client.post("/query", json=body).status_code == 200

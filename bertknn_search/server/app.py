@@ -10,6 +10,8 @@ import hmac
 import json
 import logging
 import os
+import socket
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -163,8 +165,8 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         """Each answer is the JSON ``bertknn-search query --json`` prints, in the order asked.
 
         Method options (``k``, ``lambda``, ``temperature``, ``n-articles``, ``distance``, ``no-ir``,
-        ``top``, ``gate``, ``evidence``, ``budget``, ``exact``) replace the server's defaults for this
-        request, within the server's limits (``server.limits`` in ``/stats``).
+        ``top``, ``gate``, ``evidence``, ``budget``, ``budget-s``, ``exact``) replace the server's defaults
+        for this request, within the server's limits (``server.limits`` in ``/stats``).
 
         ``evidence_for`` (a list of words, at most 10 of at most 100 characters each; inside each item of
         ``questions``) adds ``evidence_for`` to the answer: per word, the sentences of the neighbours that
@@ -246,10 +248,19 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
         }
         return _json_response(json.dumps(result, ensure_ascii=False))
 
-    @app.get("/health", summary="Ready once the model is loaded")
+    @app.get("/health", summary="Ready once the model is loaded and the index's engine answers")
     async def health() -> JSONResponse:
-        """200 ``{"status": "ready"}`` once questions can be answered; 503 while loading or failed."""
+        """200 ``{"status": "ready"}`` once questions can be answered; 503 while loading or failed, and
+        ``degraded`` (with the reason) while the engine of an index on OpenSearch or Elasticsearch cannot
+        be reached: every question would fail then."""
         status, detail = batcher.status()
+        if status == "ready":
+            problem = await run_in_threadpool(engine_problem, config)
+            if problem is not None:
+                status, detail = (
+                    "degraded",
+                    f"the model is loaded, but {problem}; questions fail until it is back",
+                )
         return JSONResponse(
             {"status": status, "detail": detail}, status_code=200 if status == "ready" else 503
         )
@@ -274,6 +285,33 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
     return app
 
 
+PROBE_TIMEOUT_S = 1.0  # /health must answer in about a second, whatever the engine does
+
+
+def engine_problem(config: Config) -> str | None:
+    """Why the engine of ``config``'s index cannot be reached (no node accepts a connection at any of its
+    URLs), in a clause; None when one does, or for the embedded store. A TCP connection, not a request:
+    it needs no credentials and no retries, and says what matters here, whether the engine is there."""
+    urls = {"opensearch": config.opensearch_url, "elasticsearch": config.elasticsearch_url}.get(
+        config.backend
+    )
+    if not urls:
+        return None
+    why = ""
+    for url in (u.strip() for u in urls.split(",") if u.strip()):
+        try:
+            parts = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
+            address = (
+                parts.hostname or "127.0.0.1",
+                parts.port or (443 if parts.scheme == "https" else 9200),
+            )
+            with socket.create_connection(address, timeout=PROBE_TIMEOUT_S):
+                return None
+        except (OSError, ValueError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return f"the {config.backend} engine at {urls} cannot be reached ({why})"
+
+
 def request_defaults(config: Config, device_type: str | None, has_head: bool | None) -> dict[str, Any]:
     """The method options a question gets unless its request gives them, spelled as a request spells them
     (``lambda``, ``no-ir``, ``n-articles``) and with the values that apply: λ is 1 on a model without a
@@ -286,11 +324,10 @@ def request_defaults(config: Config, device_type: str | None, has_head: bool | N
         has_head: whether the model has a masked-LM head; None when unknown.
     """
     values = settings_file_values(config.method_settings())
-    # The server's own bound on a cold question's seconds (``serve --budget-s``): not a request field.
-    values.pop("budget-s", None)
     if has_head is False:
         values["lambda"] = 1.0
     values["budget"] = config.budget if device_type is None else config.budget_for(device_type)
+    values["budget-s"] = config.budget_s if device_type is None else config.budget_seconds_for(device_type)
     return {"top": config.top, **values}
 
 
@@ -300,6 +337,7 @@ def request_limits(limits: RequestLimits, config: Config, device_type: str | Non
     out = limits.as_json()
     out["n-articles"] = max(limits.n_articles, config.n_articles)
     out["budget"] = max(limits.budget, config.budget_for(device_type or "cpu") or 0)
+    out["budget-s"] = max(limits.budget_s, config.budget_seconds_for(device_type or "cpu") or 0)
     out["exact"] = limits.exact or config.exact
     return out
 

@@ -51,6 +51,7 @@ REQUEST_NAMES: dict[str, tuple[str, bool]] = {
     "gate_thresholds": ("gate-thresholds", False),
     "evidence": ("evidence", False),
     "budget": ("budget", False),
+    "budget_s": ("budget-s", False),
     "exact": ("exact", False),
 }
 TIMEOUT_S = 600.0  # a full batch of BERT-base questions on a CPU takes tens of seconds

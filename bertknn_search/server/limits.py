@@ -22,6 +22,7 @@ from fastapi import HTTPException
 
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
+from bertknn_search.server.wire import MAX_QUESTIONS
 
 Scope = dict[str, Any]
 ENV = "BERTKNN_SERVE_LIMITS"
@@ -61,9 +62,15 @@ class RequestLimits:
         articles: articles per ``POST /articles``.
         query_body: bytes of a ``POST /query`` body (the server's ``--max-body-mb`` bounds every body).
         lifted_by_token: a request with the server's token is held to none of these.
+        budget_s: seconds one question may spend encoding before it answers, on a lazy index
+            (``budget-s``); a request that bounds its seconds this way and gives no ``budget`` of
+            contexts is bounded by the seconds alone.
 
     A value the server itself uses by default is never refused: with ``serve --n-articles 20``, a request
-    may ask 20; a budget up to the device's default (64 on a CPU, 65,536 on a GPU) is always allowed.
+    may ask 20; a budget up to the device's default (64 on a CPU, 65,536 on a GPU) is always allowed, as
+    are the device's default seconds (2.4 on a CPU).
+
+    Each limit has a ceiling (``CEILINGS``): what a request could not ask for anyway.
     """
 
     questions: int = 4
@@ -73,12 +80,28 @@ class RequestLimits:
     articles: int = 100
     query_body: int = MIB
     lifted_by_token: bool = False
+    # About what the default budget of 64 contexts takes on a 2-core CPU in fp32 (docs/serving.md).
+    budget_s: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("questions", "n_articles", "budget", "articles", "query_body"):
-            value = getattr(self, name)
+            value, ceiling = getattr(self, name), CEILINGS[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{ENV}: {_key(name)} must be a whole number >= 1, got {value!r}")
+                raise ConfigError(f"{ENV}: {_key(name)} must be a whole number >= 1, got {_said(value)}")
+            if value > ceiling:
+                raise ConfigError(
+                    f"{ENV}: {_key(name)} may be at most {_shown(name, ceiling)}, got {_said(value)}"
+                )
+        value = self.budget_s
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 < value <= CEILINGS["budget_s"]
+        ):
+            raise ConfigError(
+                f"{ENV}: budget-s must be more than 0 and at most {CEILINGS['budget_s']:,.0f} seconds,"
+                f" got {_said(value)}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RequestLimits:
@@ -113,11 +136,45 @@ class RequestLimits:
         except ConfigError as exc:
             raise ConfigError(str(exc).replace(ENV, source, 1)) from None
 
+    def describe(self) -> str:
+        """The limits as parsed, in one line (``serve`` logs it): ``questions=4, n-articles=10, ...``."""
+        return ", ".join(
+            f"{_key(f.name)}={_shown(f.name, getattr(self, f.name))}" for f in dataclasses.fields(self)
+        )
+
     def as_json(self) -> dict[str, Any]:
         """The limits by the names ``BERTKNN_SERVE_LIMITS`` uses (``query-body-mb`` in MiB)."""
         out = {_key(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
         out["query-body-mb"] = round(self.query_body / MIB, 3)
         return out
+
+
+# The most each limit may be: what the request schema lets any request ask (``schemas``), or the
+# server's own bounds; a larger limit would only look as if it allowed more.
+CEILINGS: dict[str, float] = {
+    "questions": MAX_QUESTIONS,
+    "n_articles": 1000,
+    "budget": 10_000_000,
+    "articles": 10_000,
+    "query_body": 1024 * MIB,
+    "budget_s": 86_400.0,
+}
+
+
+def _said(value: Any) -> str:
+    """A given value in a message, cut short (a limit of 10**100 digits must not fill the log)."""
+    text = repr(value)
+    return text if len(text) <= 24 else text[:20] + "…"
+
+
+def _shown(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if name == "query_body":
+        return f"{value / MIB:g}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 def _key(name: str) -> str:
@@ -135,12 +192,20 @@ def _value(key: str, raw: str, source: str) -> Any:
     try:
         if key == "query-body-mb":
             mib = float(raw)
-            if not 0 < mib < 1e6:
-                raise ValueError
+            if not 0 < mib <= CEILINGS["query_body"] / MIB:
+                raise ConfigError(
+                    f"{source}: query-body-mb must be more than 0 and at most"
+                    f" {CEILINGS['query_body'] / MIB:g}, got {_said(raw)}"
+                )
             return max(1, int(mib * MIB))
+        if key == "budget-s":
+            seconds = float(raw)
+            if seconds != seconds:  # NaN passes every comparison
+                raise ValueError
+            return seconds
         return int(raw)  # int() reads "1_000" and " 5": both meant as numbers
     except ValueError:
-        raise ConfigError(f"{source}: {key} must be a number, got {raw!r}") from None
+        raise ConfigError(f"{source}: {key} must be a number, got {_said(raw)}") from None
 
 
 def bearer(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -255,8 +320,16 @@ def query_refusal(
             " allowed here (limit exact); ask without it (a cold answer comes within the budget and grows"
             f" as it is asked again), or {lift}"
         )
+    seconds = asked.budget_seconds_for(device)
+    seconds_cap = max(limits.budget_s, server.budget_seconds_for(device) or 0)
+    if seconds is not None and seconds > seconds_cap:
+        return 422, (
+            f"budget-s {seconds:g} is more than the {seconds_cap:g} seconds a question may encode before it"
+            f" answers here (limit budget-s); ask for less, or {lift}"
+        )
     budget, cap = asked.budget_for(device), max(limits.budget, server.budget_for(device) or 0)
-    if budget is not None and budget > cap:
+    by_seconds = asked.budget is None and asked.budget_s is not None  # bounded by its seconds alone
+    if budget is not None and budget > cap and not by_seconds:
         return 422, (
             f"budget {budget:,} is more than the {cap:,} contexts a question may encode before it answers"
             f" here (limit budget); ask for less, or {lift}"

@@ -109,6 +109,7 @@ def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = Fa
             log.info("ready: %s (page at /, API docs at /docs)", url)
 
     log.info("loading the model for %s; listening on %s", index_name(config), url)
+    log.info("per-request limits without the token: %s", settings.limits.describe())
     threading.Thread(target=announce, name="announce", daemon=True).start()
     # uvicorn re-raises the Ctrl-C it handled once the shutdown is done: nothing is left to interrupt.
     try:

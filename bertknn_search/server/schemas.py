@@ -53,6 +53,7 @@ METHOD_FIELDS = (
     "gate",
     "evidence",
     "budget",
+    "budget_s",
     "exact",
 )
 
@@ -77,6 +78,13 @@ class MethodOverrides(Strict):
     evidence: Literal["diverse", "nearest"] | None = Field(None, description="Evidence by information gain.")
     budget: int | None = Field(
         None, ge=1, le=10_000_000, description="Lazy index: contexts a question encodes before it answers."
+    )
+    budget_s: float | None = Field(
+        None,
+        alias="budget-s",
+        gt=0.0,
+        le=86_400.0,
+        description="Lazy index: seconds a question encodes before it answers (with or without a budget).",
     )
     exact: bool | None = Field(None, description="Lazy index: encode every missing context first.")
 

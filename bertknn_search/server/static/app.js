@@ -182,9 +182,9 @@ function drawCoverage(answer, updating) {
 // -- confidence -----------------------------------------------------------------------------------
 // What each band means, in short; the measurements are in docs/evaluation.md (Confidence).
 const CONFIDENCE = {
-  high: "high: answers in this band were right most often",
-  medium: "medium: answers in this band were right about as often as wrong",
-  low: "low: answers in this band were right rarely; weigh the other answers and the evidence",
+  high: "high: about half of such answers were right on relations the fit never saw",
+  medium: "medium: about one in seven such answers was right",
+  low: "low: such answers were right rarely; weigh the other answers and the evidence",
 };
 
 function drawConfidence(answer) {
@@ -195,7 +195,10 @@ function drawConfidence(answer) {
   if (badge.hidden) return;
   badge.className = `confidence ${c.level}`;
   badge.textContent = `${c.level} confidence`;
-  const score = typeof c.score === "number" ? ` (score ${c.score.toFixed(2)})` : "";
+  // p: the estimated probability that the answer is right; votes of its neighbours.
+  const p = typeof c.p === "number" ? ` (p ${c.p.toFixed(2)}` : "";
+  const votes = p && c.neighbours ? `; ${c.votes} of ${c.neighbours} neighbours)` : p ? ")" : "";
+  const score = p + votes;
   badge.title = CONFIDENCE[c.level] + score + " (docs/evaluation.md, Confidence)";
 }
 
