@@ -368,8 +368,8 @@ class Searcher:
         ids: list[int] = enc["input_ids"]
         if not ids or tok.unk_token_id in ids:
             return None
-        if len(ids) == 1:
-            return int(ids[0])
+        if len(ids) == 1:  # a special token ([MASK], [CLS], ...) is never ranked, so never an answer
+            return int(ids[0]) if self.answerable[ids[0]] else None
         one_word = len(set(enc.word_ids())) == 1
         if not whole_words(self.backend.meta().mask_policy) or not one_word or len(ids) > MAX_PIECES:
             return None
