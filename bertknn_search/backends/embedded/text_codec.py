@@ -24,6 +24,9 @@ DICTIONARY_BYTES = 112_640  # zstd's default dictionary size (110 KB)
 TRAIN_MIN_ARTICLES = 512  # the fewest texts one write needs to train the index's dictionary
 TRAIN_MAX_ARTICLES = 4_000  # a sample of the write, spread over it, is enough (and trains in < 1 s)
 TRAIN_MAX_CHARS = 16_000_000
+# No stored value decompresses to more than this, whatever length its row records (a forged n_chars
+# must not make a reader allocate hundreds of MiB): 64 times Wikipedia's page limit.
+MAX_FRAME_BYTES = 128 * 1024 * 1024
 
 
 class TextCodec:
@@ -57,7 +60,8 @@ class TextCodec:
             max_bytes: the most UTF-8 bytes the text may hold (what its recorded length allows). A frame
                 whose header says it holds more, or does not say, is refused before anything is
                 decompressed; zstd writes no more than a frame's header says (a frame that holds more
-                is an error), so decompression never goes past the bound. None: no bound.
+                is an error), so decompression never goes past the bound. None: only the absolute bound,
+                ``MAX_FRAME_BYTES``, which holds for every value.
 
         Raises:
             ValueError: the value is damaged, larger than ``max_bytes``, not text, or was compressed with
@@ -79,7 +83,13 @@ class TextCodec:
                     f"its zstd frame holds {size:,} bytes, more than the {max_bytes:,} its recorded length"
                     " allows"
                 )
-            return self._contexts()[1].decompress(stored).decode("utf-8")
+            if size != zstandard.CONTENTSIZE_UNKNOWN and size > MAX_FRAME_BYTES:
+                raise ValueError(
+                    f"its zstd frame holds {size:,} bytes, more than the {MAX_FRAME_BYTES:,} any stored text"
+                    " may hold"
+                )
+            # A frame that does not say its size is decompressed only up to the absolute bound.
+            return self._contexts()[1].decompress(stored, max_output_size=MAX_FRAME_BYTES).decode("utf-8")
         except (zstandard.ZstdError, UnicodeDecodeError) as exc:
             raise ValueError(f"not a zstd frame of UTF-8 text: {exc}") from exc
 
