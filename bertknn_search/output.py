@@ -72,14 +72,19 @@ def render_answer(answer: Answer, top: int) -> str:
     if answer.closest_titles is not None:
         lines.append(render_closest_titles(answer.subject or "", answer.closest_titles))
     lines.append(f"neighbours: {answer.n_neighbors}")
-    lines.append(f"{'#':>3}  {'BERT-kNN':<24}{'BERT':<24}{'kNN':<24}")
+    rows = []
     for i in range(top):
         cells = [_cell(ranking, i) for ranking in (answer.bert_knn, answer.bert or [], answer.knn)]
         if not answer.bert_available and i == 0:
             cells[1] = NO_HEAD_CELL
         if not any(cells):
             break
-        lines.append(f"{i + 1:>3}  " + "".join(f"{c:<24}" for c in cells))
+        rows.append(f"{i + 1:>3}  " + "".join(f"{c:<24}" for c in cells))
+    if answer.bert_knn or answer.bert or answer.knn:
+        lines.append(f"{'#':>3}  {'BERT-kNN':<24}{'BERT':<24}{'kNN':<24}")
+        lines += rows
+    else:  # no header over no answers: the articles line above says why there is none
+        lines.append("answers: none")
     if answer.confidence is not None:
         lines.append(render_confidence(answer))
     if answer.split_words:
@@ -228,7 +233,8 @@ def render_stats(stats: IndexStats) -> str:
             ("encoded articles", f"{stats.encoded_articles:,} of {stats.articles:,}"),
             (
                 "partly encoded",
-                f"{stats.partial_articles:,} articles ({stats.partial_contexts:,} contexts so far; questions,"
+                f"{stats.partial_articles:,} article{'s' * (stats.partial_articles != 1)}"
+                f" ({stats.partial_contexts:,} contexts so far; questions,"
                 " a server's idle time or warm encode the rest)",
             ),
             ("context bytes", f"{stats.context_bytes:,} ({human_bytes(stats.context_bytes)})"),
@@ -246,7 +252,7 @@ def _head(has_head: bool | None) -> str:
 def _estimate(contexts: int) -> str:
     if not contexts:
         return "unknown until a query encodes an article"
-    return f"{contexts:,} if every article were encoded (eager)"
+    return f"{contexts:,} contexts if every article were encoded (eager)"
 
 
 def render_datastore(datastore: Mapping[str, Any]) -> str | None:

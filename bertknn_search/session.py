@@ -122,7 +122,8 @@ def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
             fix = f"drop {origin}" if origin.startswith("-") else f"unset {origin}"
             raise IndexMismatchError(
                 f"index at {where} was built with {name}={getattr(meta, name)!r}, not"
-                f" {getattr(config, name)!r} (from {origin}); {fix} or use another --index"
+                f" {getattr(config, name)!r} (from {origin}); {fix} or use another"
+                f" {'--index' if config.backend == 'embedded' else '--index-prefix'}"
             )
     adopted = {name: getattr(meta, name) for name in ADOPTED}
     origins = {**resolved.origins, **{name: f"the index at {where}" for name in ADOPTED}}

@@ -9,6 +9,7 @@ from bertknn_search.errors import QuestionError
 
 MASK = "[MASK]"
 _MASK_ANY_CASE = re.compile(re.escape(MASK), re.IGNORECASE)
+_OTHER_MASKS = re.compile(r"<mask>|\{mask\}|\[blank\]|_{3,}", re.IGNORECASE)  # RoBERTa's, templates'
 
 
 def check_question(question: str) -> str:
@@ -30,6 +31,10 @@ def check_question(question: str) -> str:
         found = _MASK_ANY_CASE.search(text)
         assert found is not None
         raise QuestionError(f"the question has {found[0]!r}: did you mean {MASK} (upper case)? {text!r}")
+    if count == 0 and _OTHER_MASKS.search(text):
+        found = _OTHER_MASKS.search(text)
+        assert found is not None
+        raise QuestionError(f"the question has {found[0]!r}: did you mean {MASK} (BERT's mask)? {text!r}")
     if count != 1:
         raise QuestionError(f"the question must contain exactly one {MASK}, found {count}: {text!r}")
     return text

@@ -175,6 +175,12 @@ class FiniteFloat(click.FloatRange):
             self.fail(str(exc), param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self) -> str:
+        # click describes a range without bounds as "x<=None" in the help: say nothing instead.
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 class ByteSize(click.ParamType):
     """A size in bytes: 20GB, 500MB, 1.5GiB or a plain number."""
