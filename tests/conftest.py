@@ -219,3 +219,24 @@ def make_cluster_config(base_config: Config, engines: Engines) -> Iterator[Any]:
     yield make
     for config in made:
         drop_indices(config)
+
+
+# -- the summary's last lines: why tests were skipped ----------------------------------------------------
+def skip_reasons(reports: list[Any]) -> list[str]:
+    """One line per reason the skipped ``reports`` give, most skips first ("23 skipped: shared data not
+    found at ..."), so that a run's ``N skipped`` says why without -rs."""
+    counts: dict[str, int] = {}
+    for report in reports:
+        longrepr = getattr(report, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = str(reason).removeprefix("Skipped: ")
+        counts[reason] = counts.get(reason, 0) + 1
+    return [f"{n} skipped: {reason}" for reason, n in sorted(counts.items(), key=lambda item: -item[1])]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    lines = skip_reasons(terminalreporter.stats.get("skipped", []))
+    for line in lines[:5]:
+        terminalreporter.write_line(line)
+    if len(lines) > 5:
+        terminalreporter.write_line(f"... and {len(lines) - 5} other reasons (pytest -rs lists each test)")
