@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_anytime import (
+from anytime_setup import (
     FREE,
     NOWHERE,
     RELATIONS,

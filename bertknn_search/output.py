@@ -12,6 +12,7 @@ from typing import Any
 from bertknn_search.config import settings_file_values
 from bertknn_search.records import (
     Answer,
+    Coverage,
     EvidenceSentence,
     GateDecision,
     IndexStats,
@@ -157,6 +158,27 @@ def render_coverage(answer: Answer) -> str:
     return (
         f"partial answer: contexts encoded so far of {', '.join(parts)}, the lead first; asking again or"
         " --exact sees more of them, which may change the answer, though not always for the better"
+    )
+
+
+def render_batch_coverage(coverages: Sequence[Mapping[str, Coverage]]) -> str:
+    """One line for the answers of several questions on a lazy index: how many were partial, and the
+    fewest and median contexts a partial one had of an article (a starved answer shows there); "" when
+    no answer searched a lazy index's article."""
+    if not any(coverages):
+        return ""
+    short = [
+        min(c.encoded for c in cov.values() if not c.complete)
+        for cov in coverages
+        if any(not c.complete for c in cov.values())
+    ]
+    line = f"{len(short):,} of {len(coverages):,} answers partial"
+    if not short:
+        return f"{line}: every article they searched was encoded whole"
+    short.sort()
+    return (
+        f"{line}: the fewest contexts a partial answer had of an article {short[0]:,}, the median"
+        f" {short[len(short) // 2]:,}; asking again, 'warm' or --exact encodes more"
     )
 
 

@@ -124,14 +124,15 @@ class EncodePlan:
         focus: the questions, each with the articles it searches.
         budget: contexts encoded per question before answering, those most useful to it first;
             None: every context of its articles (an exact answer).
-        deadline: with a budget, the ``time.monotonic()`` at which encoding stops even if the budget is
-            not spent (a budget of seconds); None: none.
+        seconds: with a budget, the seconds of encoding each question gets after its articles' floor
+            (``lazy.FLOOR_ROWS``), questions in turn, even if its budget is not spent (a budget of
+            seconds); None: no clock.
     """
 
     focus: tuple[Focus, ...] = ()
     budget: int | None = None
     hooks: EncodeHooks = field(default_factory=EncodeHooks)
-    deadline: float | None = None
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -137,3 +137,51 @@ def _neighbours(question: str) -> tuple[str, str]:
     before, _, after = question.partition(MASK)
     left, right = _TOKEN.findall(before.lower()), _TOKEN.findall(after.lower())
     return (left[-1] if left else ""), (right[0] if right else "")
+
+
+# -- a budget over several articles and questions -------------------------------------------------
+def merged(picks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Several questions' rows per article as one ranking per article: best first, each row once."""
+    parts: dict[str, list[np.ndarray]] = {}
+    for pick in picks:
+        for aid, rows in pick.items():
+            parts.setdefault(aid, []).append(rows)
+    out = {aid: first_seen(np.concatenate(rows)) for aid, rows in parts.items()}
+    return {aid: rows for aid, rows in out.items() if rows.size}
+
+
+def by_article(chosen: Mapping[str, np.ndarray]) -> list[tuple[str, int]]:
+    """(article, row) pairs, one article's rows after another's, each article's best first."""
+    return [(aid, int(r)) for aid, rows in chosen.items() for r in rows]
+
+
+def first_seen(rows: np.ndarray) -> np.ndarray:
+    """``rows`` without repeats, each where it first comes."""
+    _, first = np.unique(rows, return_index=True)
+    return rows[np.sort(first)]
+
+
+def in_turn(chosen: Mapping[str, np.ndarray]) -> list[tuple[str, int]]:
+    """(article, row) pairs taking each article's rows in turn: every article's first, then second, ..."""
+    lists = [(aid, rows.tolist()) for aid, rows in chosen.items()]
+    depth = max((len(rows) for _, rows in lists), default=0)
+    return [(aid, int(rows[d])) for d in range(depth) for aid, rows in lists if d < len(rows)]
+
+
+def best_in_turn(ranked: Sequence[tuple[str, np.ndarray]], budget: int) -> dict[str, np.ndarray]:
+    """The first ``budget`` rows of several articles' rankings, taken in turn (one article's best, the
+    next's best, ...), so that each article a question searches gets its best rows encoded.
+
+    Every article gets one row at least, even past the budget: an article with none stored would be
+    searched as never encoded, which means encoding it whole.
+    """
+    taken: dict[str, list[int]] = {aid: [] for aid, _ in ranked}
+    depth = 0
+    left = max(budget, sum(len(rows) > 0 for _, rows in ranked))
+    while left > 0 and any(depth < len(rows) for _, rows in ranked):
+        for aid, rows in ranked:
+            if depth < len(rows) and left > 0:
+                taken[aid].append(int(rows[depth]))
+                left -= 1
+        depth += 1
+    return {aid: np.array(rows, dtype=np.int64) for aid, rows in taken.items()}

@@ -7,7 +7,9 @@ the same splitter, rows, encoder and fingerprint.
 
 On a CPU a long article is minutes of encoding. With a budget, a question has a budget of the
 article's contexts encoded first (in ``encode_order``'s order), and answers over those, saying so; each
-part is stored, so the next question, a server's idle time or ``warm`` goes on where it stopped. An
+part is stored, so the next question, a server's idle time or ``warm`` goes on where it stopped. Under a
+budget of seconds each article first gets its floor (``FLOOR_ROWS``), which no clock cuts, and then each
+question of a batch its own seconds in turn, so that a batch answers as its questions asked one at a time. An
 article encoded to its end is stored as an eager index stores it, with the same rows; its keys equal an
 eager index's to float rounding (in bf16, a key depends a little on the rows batched with it, which can
 flip a near tie between two answers).
@@ -18,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -26,9 +28,16 @@ import numpy as np
 
 from bertknn_search.backends.article_rows import rows_in_slices, split_in_slices
 from bertknn_search.backends.base import Store
-from bertknn_search.backends.encode_order import Lexicon, order_rows
+from bertknn_search.backends.encode_order import (
+    Lexicon,
+    best_in_turn,
+    by_article,
+    in_turn,
+    merged,
+    order_rows,
+)
 from bertknn_search.backends.memory_parts import MemoryParts
-from bertknn_search.config import Config
+from bertknn_search.config import UNBOUNDED, Config
 from bertknn_search.encoding.encoder import Encoder
 from bertknn_search.encoding.placement import check_precision
 from bertknn_search.errors import LazyIndexError
@@ -41,6 +50,7 @@ from bertknn_search.records import (
     EncodeHooks,
     EncodePlan,
     EncodeProgress,
+    Focus,
     IndexMeta,
     IndexStats,
     Neighbors,
@@ -66,6 +76,46 @@ STEP_BATCHES = 8
 # Under a budget of seconds, a first step before the encoder's rate is known (this process has not encoded
 # yet) holds this many rows: a fraction of a second for BERT-base on a CPU, then steps fit the time left.
 DEADLINE_FIRST_ROWS = 8
+# Under a budget of seconds, each article a question searches holds at least this many of its contexts
+# (its lead, in ORDER; all of a shorter one, never more than the budget of contexts) before the clock
+# applies, whatever the load: a clock alone starved questions to 1-8 contexts (issue 39). Measured by
+# benchmarks/bench_batch_budget.py on held-out T-REx facts (all-MiniLM-L6-v2, kNN only): see docs/lazy.md.
+FLOOR_ROWS = 32
+
+
+class _Encoded:
+    """The rows one call has encoded, per article: a question's turn ranks what the ones before it left."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, set[int]] = {}
+
+    def __contains__(self, row: tuple[str, int]) -> bool:
+        return row[1] in self.rows.get(row[0], ())
+
+    def __len__(self) -> int:
+        return sum(len(rows) for rows in self.rows.values())
+
+    def add(self, step: Iterable[tuple[str, int]]) -> None:
+        for aid, row in step:
+            self.rows.setdefault(aid, set()).add(row)
+
+    def left(self, work: _Work) -> np.ndarray:
+        """``work``'s rows stored neither before this call nor by it, in order."""
+        mine = self.rows.get(work.id)
+        return np.setdiff1d(work.todo, np.fromiter(mine, np.int64)) if mine else work.todo
+
+    def stored(self, work: _Work) -> int:
+        """How many of ``work``'s rows are stored (or encoded by this call, to be stored)."""
+        return len(work.rows) - len(work.todo) + len(self.rows.get(work.id, ()))
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """Rows encoded together, best first: all of them (``seconds`` None), or until this encode has spent
+    ``seconds`` of its own time on them (a question's turn; others' turns in between are not counted)."""
+
+    rows: list[tuple[str, int]]
+    seconds: float | None = None
 
 
 @dataclass
@@ -152,7 +202,11 @@ class LazyDatastore:
         plan = plan or EncodePlan()
         work = self._work(self.parts.unencoded(ids), plan.hooks.between)
         self._store_empty([w for w in work if not len(w.rows)])
-        encoded = self._encode(work, self._choose(work, plan), plan) if work else 0
+        encoded = 0
+        if work:
+            so_far = _Encoded()
+            scope, phases = self._phases(work, plan, so_far)
+            encoded = self._encode(work, scope, phases, plan, so_far)
         self._touch(ids)
         if self.config.cache_size is not None and not self.store.read_only:
             self.store.evict_contexts(self.config.cache_size, ids)
@@ -175,7 +229,9 @@ class LazyDatastore:
                 break
             chosen[w.id] = w.todo[:left]  # the article's own order: the lead section first
             left -= len(chosen[w.id])
-        return self._encode(work, chosen, plan, steps_of=STEP_BATCHES) if chosen else 0
+        if not chosen:
+            return 0
+        return self._encode(work, chosen, [_Phase(by_article(chosen))], plan, _Encoded(), STEP_BATCHES)
 
     def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
         return self.parts.coverage(article_ids)
@@ -209,106 +265,150 @@ class LazyDatastore:
             out.append(_Work(p, cached, todo))
         return out
 
-    def _choose(self, work: Sequence[_Work], plan: EncodePlan) -> dict[str, np.ndarray]:
-        """Row numbers to encode now per article, best first: everything, or each question's budget."""
+    def _phases(
+        self, work: Sequence[_Work], plan: EncodePlan, encoded: _Encoded
+    ) -> tuple[dict[str, np.ndarray], Iterable[_Phase]]:
+        """What to encode now: the rows that may be (per article, best first) and the phases that encode
+        them: everything (no budget); each question's budget of contexts, at once (no clock); or, with a
+        clock, each question in turn as if asked alone: its floor, then its seconds (``_turns``)."""
         if plan.budget is None:
-            return {w.id: w.todo for w in work}
+            everything = {w.id: w.todo for w in work}
+            return everything, [_Phase(by_article(everything))]
         by_id = {w.id: w for w in work}
-        chosen: dict[str, list[np.ndarray]] = {}
-        asked = set()
-        for focus in plan.focus:
-            mine = [by_id[a] for a in focus.article_ids if a in by_id]
-            asked.update(w.id for w in mine)
-            ranked = [
-                (w.id, order_rows(focus.question, focus.subject, w.article, w.todo, ORDER)) for w in mine
-            ]
-            for aid, rows in _best(ranked, plan.budget).items():
-                chosen.setdefault(aid, []).append(rows)
-        # Best first (a deadline may stop the encode part way), each row once.
-        out = {aid: _first_seen(np.concatenate(parts)) for aid, parts in chosen.items()}
+        picks = [self._pick(by_id, focus, plan.budget, encoded) for focus in plan.focus]
         # Articles no question of the plan searches (a caller that just wants them whole) get everything.
-        out.update({w.id: w.todo for w in work if w.id not in asked})
-        return {aid: rows for aid, rows in out.items() if rows.size}
+        searched = {aid for focus in plan.focus for aid in focus.article_ids}
+        rest = {w.id: w.todo for w in work if w.id not in searched and w.todo.size}
+        scope = merged([*picks, rest])
+        if plan.seconds is None:
+            return scope, [_Phase(by_article(scope))]
+        return scope, self._turns(by_id, plan, plan.seconds, rest, encoded)
+
+    def _turns(
+        self,
+        by_id: Mapping[str, _Work],
+        plan: EncodePlan,
+        seconds: float,
+        rest: Mapping[str, np.ndarray],
+        encoded: _Encoded,
+    ) -> Iterator[_Phase]:
+        """Each question's phases, made when its turn comes (from what the questions before it left): its
+        floor, which no clock cuts, then ``seconds`` of its best rows, its articles in turn, so that
+        wherever the clock stops each article has its best. A batch so answers as one at a time."""
+        for focus in plan.focus:
+            pick = self._pick(by_id, focus, plan.budget, encoded)
+            floor = {aid: rows[: _floor(by_id[aid], encoded)] for aid, rows in pick.items()}
+            yield _Phase(by_article(floor))
+            yield _Phase(in_turn(pick), seconds)
+        if rest:
+            yield _Phase(by_article(rest), seconds)
+
+    def _pick(
+        self, by_id: Mapping[str, _Work], focus: Focus, budget: int | None, encoded: _Encoded
+    ) -> dict[str, np.ndarray]:
+        """A question's budget of the rows of its articles not encoded yet, per article, best first."""
+        mine = [by_id[a] for a in focus.article_ids if a in by_id]
+        ranked = [
+            (w.id, order_rows(focus.question, focus.subject, w.article, encoded.left(w), ORDER)) for w in mine
+        ]
+        return {aid: rows for aid, rows in best_in_turn(ranked, budget or UNBOUNDED).items() if rows.size}
 
     def _encode(
-        self, work: Sequence[_Work], chosen: Mapping[str, np.ndarray], plan: EncodePlan, steps_of: int = 1
+        self,
+        work: Sequence[_Work],
+        scope: Mapping[str, np.ndarray],
+        phases: Iterable[_Phase],
+        plan: EncodePlan,
+        encoded: _Encoded,
+        steps_of: int = 1,
     ) -> int:
-        """Encode the chosen rows in steps, storing them as parts; what is encoded is stored on any exit.
+        """Encode the phases' rows in steps, storing them as parts; what is encoded is stored on any exit.
 
         Args:
+            scope: every row the phases may hold, per article (for the progress shown and the articles
+                marked busy).
+            encoded: the rows encoded so far, added to here (the phases made later read it).
             steps_of: batches a step holds with a front end waiting (without one, STEP_BATCHES). A step's
                 rows are sorted by length, so more batches pad less; a stop loses the step it is in.
         """
         from bertknn_search.ingest.contexts import encode_rows
 
         by_id = {w.id: w for w in work}
-        deadline = plan.deadline if plan.budget is not None else None
-        # Under a deadline, the articles' rows in turn, best first: the first of each (which every article
-        # needs, see ``_best``) lead, and wherever it stops, each article has its best rows.
-        queue = (
-            _in_turn(chosen)
-            if deadline is not None
-            else [(a, int(r)) for a, rows in chosen.items() for r in rows]
-        )
-        if not queue:
+        articles = [aid for aid, rows in scope.items() if rows.size]
+        if not articles:
             return 0
-        needed = len(chosen) if deadline is not None else len(queue)
+        todo = sum(int(scope[aid].size) for aid in articles)
         hooks = plan.hooks
         batch = self.config.batch_for(self.encoder.placement.device.type)
-        titles = tuple(by_id[aid].pending.article.title for aid in chosen)
-        total = sum(len(by_id[aid].rows) for aid in chosen)
+        titles = tuple(by_id[aid].pending.article.title for aid in articles)
+        total = sum(len(by_id[aid].rows) for aid in articles)
         started = flushed = time.monotonic()
         done: dict[str, list[tuple[int, np.ndarray]]] = {}
-        encoded = 0
         paused = [0.0]  # seconds spent in ``between``: others' turns, not this encode's
+
+        def own() -> float:
+            return time.monotonic() - paused[0]
+
         between = None if hooks.between is None else _timed(hooks.between, paused)
-        for aid in chosen:
+        for aid in articles:
             self._busy[aid] = self._busy.get(aid, 0) + 1
         try:
-            while encoded < len(queue):
-                # Without a front end waiting, steps are large (batching), bounded so that model inputs
-                # are made for a step's rows, never a whole long article's. With one, batches are sized
-                # to STEP_S (a block of one is what a waiting question waits for), and a question's
-                # step is one batch, so that a stop loses at most that.
-                size = batch if between is None else self._batch_rows(batch)
-                rows = size * (STEP_BATCHES if between is None else steps_of)
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if encoded >= needed and left <= 0:
-                        break
-                    rows = min(rows, self._deadline_rows(left, needed - encoded))
-                # In the article's order within a step, so that encoding an article whole batches its
-                # rows as ingest does (what is encoded first is decided by which rows a step holds).
-                step = sorted(queue[encoded : encoded + rows])
-                began, waited = time.monotonic(), paused[0]
-                with self.encoder.between_blocks(between):
-                    vectors = encode_rows(
-                        [row for a, r in step for row in by_id[a].rows.rows([r])],
-                        self.encoder,
-                        size,
-                        _told(hooks, encoded, len(queue), titles, total, started),
-                    )
-                took = time.monotonic() - began - (paused[0] - waited)
-                self._rate = len(step) / took if took > 0 else 0.0
-                for (aid, row), vector in zip(step, vectors):
-                    done.setdefault(aid, []).append((row, vector))
-                encoded += len(step)
-                if time.monotonic() - flushed >= FLUSH_S and encoded < len(queue):
-                    self._store(by_id, done)
-                    done, flushed = {}, time.monotonic()
+            for phase in phases:
+                queue = [x for x in phase.rows if x not in encoded]
+                deadline = None if phase.seconds is None else own() + phase.seconds
+                at = 0
+                while at < len(queue):
+                    # Without a front end waiting, steps are large (batching), bounded so that model
+                    # inputs are made for a step's rows, never a whole long article's. With one, batches
+                    # are sized to STEP_S (a block of one is what a waiting question waits for), and a
+                    # question's step is one batch, so that a stop loses at most that.
+                    size = batch if between is None else self._batch_rows(batch)
+                    rows = size * (STEP_BATCHES if between is None else steps_of)
+                    if deadline is not None:
+                        left = deadline - own()
+                        if left <= 0:
+                            break
+                        rows = min(rows, self._deadline_rows(left))
+                    # In the article's order within a step, so that encoding an article whole batches its
+                    # rows as ingest does (what is encoded first is decided by which rows a step holds).
+                    step = sorted(queue[at : at + rows])
+                    began, waited = time.monotonic(), paused[0]
+                    with self.encoder.between_blocks(between):
+                        vectors = encode_rows(
+                            [row for a, r in step for row in by_id[a].rows.rows([r])],
+                            self.encoder,
+                            size,
+                            _told(
+                                hooks,
+                                len(encoded),
+                                max(todo, len(encoded) + len(step)),
+                                titles,
+                                total,
+                                started,
+                            ),
+                        )
+                    took = time.monotonic() - began - (paused[0] - waited)
+                    self._rate = len(step) / took if took > 0 else 0.0
+                    for (aid, row), vector in zip(step, vectors):
+                        done.setdefault(aid, []).append((row, vector))
+                    encoded.add(step)
+                    at += len(step)
+                    if time.monotonic() - flushed >= FLUSH_S:
+                        self._store(by_id, done)
+                        done, flushed = {}, time.monotonic()
         finally:
-            for aid in chosen:
+            for aid in articles:
                 self._busy[aid] -= 1
                 if not self._busy[aid]:
                     del self._busy[aid]
             self._store(by_id, done)
-        return encoded
+        return len(encoded)
 
-    def _deadline_rows(self, left: float, needed: int) -> int:
+    def _deadline_rows(self, left: float) -> int:
         """Rows a step may hold with ``left`` seconds to the deadline: what the last rate passes in that
-        time (``DEADLINE_FIRST_ROWS`` before a rate is known), and at least the ``needed`` ones."""
+        time (``DEADLINE_FIRST_ROWS`` before a rate is known), one at least."""
         fits = DEADLINE_FIRST_ROWS if self._rate <= 0 else int(self._rate * max(left, 0.0))
-        return max(fits, needed, 1)
+        return max(fits, 1)
 
     def _batch_rows(self, batch: int) -> int:
         """Rows per batch that the model passes in about STEP_S, at the last step's rate."""
@@ -434,17 +534,11 @@ def _told(
     return told
 
 
-def _first_seen(rows: np.ndarray) -> np.ndarray:
-    """``rows`` without repeats, each where it first comes."""
-    _, first = np.unique(rows, return_index=True)
-    return rows[np.sort(first)]
-
-
-def _in_turn(chosen: Mapping[str, np.ndarray]) -> list[tuple[str, int]]:
-    """(article, row) pairs taking each article's rows in turn: every article's first, then second, ..."""
-    lists = [(aid, rows.tolist()) for aid, rows in chosen.items()]
-    depth = max((len(rows) for _, rows in lists), default=0)
-    return [(aid, int(rows[d])) for d in range(depth) for aid, rows in lists if d < len(rows)]
+def _floor(work: _Work, encoded: _Encoded) -> int:
+    """Rows of ``work``'s ranking no clock cuts: up to ``FLOOR_ROWS`` stored (all of a shorter article),
+    and one at least for an article with none (one with none would be searched as never encoded)."""
+    stored = encoded.stored(work)
+    return max(min(FLOOR_ROWS, len(work.rows)) - stored, 0 if stored else 1)
 
 
 def _timed(between: Callable[[], None], paused: list[float]) -> Callable[[], None]:
@@ -471,22 +565,3 @@ def _block(work: _Work, rows: np.ndarray, vectors: np.ndarray) -> ContextBlock:
         starts=table.start[rows],
         ends=table.end[rows],
     )
-
-
-def _best(ranked: Sequence[tuple[str, np.ndarray]], budget: int) -> dict[str, np.ndarray]:
-    """The first ``budget`` rows of several articles' rankings, taken in turn (one article's best, the
-    next's best, ...), so that each article a question searches gets its best rows encoded.
-
-    Every article gets one row at least, even past the budget: an article with none stored would be
-    searched as never encoded, which means encoding it whole.
-    """
-    taken: dict[str, list[int]] = {aid: [] for aid, _ in ranked}
-    depth = 0
-    left = max(budget, sum(len(rows) > 0 for _, rows in ranked))
-    while left > 0 and any(depth < len(rows) for _, rows in ranked):
-        for aid, rows in ranked:
-            if depth < len(rows) and left > 0:
-                taken[aid].append(int(rows[depth]))
-                left -= 1
-        depth += 1
-    return {aid: np.array(rows, dtype=np.int64) for aid, rows in taken.items()}

@@ -161,22 +161,28 @@ def _answer_here(
 ) -> None:
     """Open the index, load the model, answer and print."""
     from bertknn_search.cli.encode_bar import EncodeBar
-    from bertknn_search.output import render_answer, to_json
+    from bertknn_search.output import render_answer, render_batch_coverage, to_json
     from bertknn_search.query.search import Searcher
-    from bertknn_search.records import EncodeHooks
+    from bertknn_search.records import Coverage, EncodeHooks
 
     config = session.open_index(flags, settings=settings).config
     searcher = Searcher.open(config)
     bar = EncodeBar(enabled=not no_progress)
     searcher.hooks = EncodeHooks(progress=bar)
+    coverages: list[dict[str, Coverage]] = []
     try:
         size = config.batch_for(searcher.encoder.placement.device.type)
         for lo in range(0, len(asked), size):
             for answer in searcher.answer_batch(asked[lo : lo + size]):
                 click.echo(to_json(answer) if as_json else render_answer(answer, config.top) + "\n")
+                coverages.append(answer.coverage)
     finally:
         bar.close()
         searcher.close()
+    # Each answer says whether it is partial; over a file, how many were (and how starved) is one line.
+    summary = render_batch_coverage(coverages) if len(coverages) > 1 else ""
+    if summary:
+        click.echo(summary, err=True)
 
 
 def _leave(ctx: click.Context) -> None:

@@ -170,7 +170,6 @@ class Searcher:
                 text (checked before any work).
         """
         cfg = config or self.config
-        began = time.monotonic()  # a budget of seconds counts from here: the question's whole wait
         for q in questions:
             self.encoder.prepare(q.text)  # validate all before spending time on any
             bad = None if q.subject is None else first_unencodable(q.subject)
@@ -192,14 +191,15 @@ class Searcher:
         start = time.perf_counter()
         searched = sorted({h.id for hits in found for h in hits or []})
         device = self.encoder.placement.device.type
-        seconds_left = cfg.budget_seconds_for(device)
+        # Each question its own budget (of contexts, and of seconds after its floor: lazy.py), so that a
+        # batch answers as well as its questions asked one at a time.
         plan = EncodePlan(
             tuple(
                 Focus(q.text, q.subject, tuple(h.id for h in hits or [])) for q, hits in zip(questions, found)
             ),
             cfg.budget_for(device),
             self.hooks,
-            None if seconds_left is None else began + seconds_left,
+            cfg.budget_seconds_for(device),
         )
         coverage: dict[str, Coverage] = {}
         if searched:  # a batch the gate stopped whole asks nothing of the index
