@@ -7,6 +7,7 @@ compiled again in seconds, without fetching anything. Nothing here imports the r
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -169,6 +170,21 @@ def prepare(spec: Engine, say: Say = print, progress: bool = True) -> Path:
     home = cache_root() / f"{spec.name}-{spec.version}"
     jars = _stamp(_jar_sources(spec))
     launcher = _stamp({"Launcher.java": _launcher_source(spec)})
+    if _read(home / "lib.ready") == jars and _read(home / "classes.ready") == launcher:
+        return home
+    home.parent.mkdir(parents=True, exist_ok=True)
+    # One preparer at a time (a test session and an 'engine start' beside it): the others wait, then
+    # find the work done.
+    with open(home.parent / f".{home.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _prepare(spec, home, jars, launcher, say, progress)
+
+
+def _prepare(spec: Engine, home: Path, jars: str, launcher: str, say: Say, progress: bool) -> Path:
+    if (home / "ready").is_file() and (home / "lib").is_dir() and not (home / "lib.ready").exists():
+        # A cache of the version before the jars and the launcher had stamps of their own: the folder is
+        # named by the engine's version, whose pom is the same, so its jars are kept.
+        (home / "lib.ready").write_text(jars)
     if _read(home / "lib.ready") == jars and _read(home / "classes.ready") == launcher:
         return home
     java = find_java(spec.java)

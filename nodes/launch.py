@@ -99,7 +99,7 @@ def check_data(spec: Engine, data: Path) -> None:
         if name != spec.name:
             title = ENGINES[name].title if name in ENGINES else name
             raise EngineError(
-                f"--data {data} holds the data of a {title} {version} cluster (its {MARKER}), not"
+                f"--data {data} holds the data of {_a(title)} {version} cluster (its {MARKER}), not"
                 f" {spec.title}'s; give another --data for {spec.title} (that folder is left untouched)"
             )
         if _version(version) > _version(spec.version):
@@ -114,7 +114,7 @@ def check_data(spec: Engine, data: Path) -> None:
     guessed = _guess(data)
     if guessed is not None and guessed != spec.name:
         raise EngineError(
-            f"--data {data} holds the data of a {ENGINES[guessed].title} cluster, not {spec.title}'s;"
+            f"--data {data} holds the data of {_a(ENGINES[guessed].title)} cluster, not {spec.title}'s;"
             f" give another --data for {spec.title} (that folder is left untouched)"
         )
     if guessed is None and any(not name.startswith("node-") for name in entries):
@@ -131,6 +131,10 @@ def _guess(data: Path) -> str | None:
     if any(data.glob("node-*/data/nodes")):
         return "opensearch"
     return None
+
+
+def _a(title: str) -> str:
+    return f"{'an' if title[:1].lower() in 'aeiou' else 'a'} {title}"
 
 
 def _version(text: str) -> tuple[int, ...]:

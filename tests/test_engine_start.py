@@ -156,7 +156,7 @@ def test_another_engines_folder_is_refused_and_left_untouched(tmp_path: Path, ma
     assert r.returncode == 1, r.stderr
     said = "OpenSearch 2.19.1 cluster (its bertknn-engine.json)" if marked else "OpenSearch cluster"
     assert r.stderr.strip().splitlines()[-1] == (
-        f"Error: --data {data} holds the data of a {said}, not Elasticsearch's; give another --data for"
+        f"Error: --data {data} holds the data of an {said}, not Elasticsearch's; give another --data for"
         " Elasticsearch (that folder is left untouched)"
     )
     assert snapshot(data) == before
