@@ -168,3 +168,38 @@ def test_the_token_variable_does_not_stop_a_question_answered_here(tmp_path: Pat
     result = cli("query", "--index", tmp_path / "none", QUESTION, env={"BERTKNN_TOKEN_FILE": str(token)})
     assert result.exit_code == 1
     assert "--token-file" not in result.output and "no index" in result.output.lower()
+
+
+# -- a warm question on a BERT checkpoint (issue 41) -----------------------------------------------------
+LIBRARIES = ("transformers", "torch", "tokenizers", "safetensors")
+WARM = f"""
+import json, sys
+from bertknn_search.cli import main
+main(sys.argv[1:], standalone_mode=False)
+print("LOADED=" + json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set({LIBRARIES!r}))))
+"""
+
+
+def loaded_by_question(*args: Any) -> tuple[list[str], str]:
+    out = subprocess.run(
+        [sys.executable, "-c", WARM, *(str(a) for a in args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BERTKNN_RUNTIME": ""},
+    )
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("LOADED="))
+    return list(json.loads(line.removeprefix("LOADED="))), out.stdout
+
+
+def test_a_warm_question_on_a_bert_checkpoint_imports_no_transformers_module(built_index: Any) -> None:
+    loaded, answer = loaded_by_question("query", "--index", built_index.index, "--json", QUESTION)
+    assert "transformers" not in loaded
+    assert {"torch", "tokenizers", "safetensors"} <= set(loaded)  # it did run the model
+    assert json.loads(answer.splitlines()[0])["question"] == QUESTION
+    # The probe sees transformers where it is imported: the reference runtime, forced.
+    forced, _ = loaded_by_question(
+        "query", "--index", built_index.index, "--runtime", "transformers", "--json", QUESTION
+    )
+    assert "transformers" in forced
