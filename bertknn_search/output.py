@@ -376,6 +376,9 @@ def render_summary(summary: Any, verb: str) -> str:
     unparsed = getattr(s, "unparsed", 0)
     if unparsed:
         line += f"; {counted(unparsed, 'page')} the wiki parser could not take stripped plainly (named above)"
+    unstorable = getattr(s, "unstorable", 0)
+    if unstorable:
+        line += f"; {unstorable:,} with an id or title too long to store skipped (named above)"
     return line
 
 

@@ -6,7 +6,7 @@ import contextlib
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bertknn_search.backends import open_backend
+from bertknn_search.backends import open_backend, record_limits
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import Encoder
@@ -73,6 +73,8 @@ class IngestSummary:
     windowed: int = 0
     max_length: int = 0
     too_large: int = 0  # articles skipped for holding more than ``Config.max_article_bytes``
+    # articles skipped for an id or title some backend cannot store (``record_limits``), each named on stderr
+    unstorable: int = 0
     # XML pages whose markup the parser could not take (past its time bound, or it crashed): their text is
     # the plain fallback's, each named on stderr (``page_parse.page_text``)
     unparsed: int = 0
@@ -133,7 +135,12 @@ def ingest(
         IndexMismatchError, BackendError (a failed write says how many articles it kept).
     """
     started = time.perf_counter()
-    skipped, unparsed = SkipCount(), SkipCount()
+    skipped, unparsed, refused = SkipCount(), SkipCount(), SkipCount()
+    where = str(source) if isinstance(source, Path) else "the articles given"
+
+    def unstorable(article: Article, why: str) -> None:
+        refused(record_limits.warning(where, article, why))
+
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     pool = TextPool(default_workers() if workers is None else workers)  # starts no process yet
     lazy = config.contexts == "lazy"
@@ -224,9 +231,9 @@ def ingest(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as preparer,
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
-            ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed)
+            ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed, unstorable)
             while (prepared := ahead.result()) is not None:
-                ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed)
+                ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed, unstorable)
                 counts["already_stored"] += prepared.reused
                 counts["empty"] += prepared.empty
                 counts["duplicates"] += prepared.duplicates
@@ -267,6 +274,7 @@ def ingest(
         location=backend.location,
         too_large=skipped.count,
         unparsed=unparsed.count,
+        unstorable=refused.count,
         contexts_mode=config.contexts,
     )
 
@@ -418,11 +426,13 @@ def _prepare(
     config: Config,
     seen: SeenIds,
     unparsed: SkipCount,
+    unstorable: Callable[[Article, str], None],
 ) -> Prepared | None:
     """Take the next prepared chunk and do what needs the index and the tokenizer; None at the end.
 
     Runs on one thread only (the "prepare" thread), so ``chunks`` is never advanced from two at once.
-    ``unparsed`` is told of the chunk's pages whose markup the fallback stripped.
+    ``unparsed`` is told of the chunk's pages whose markup the fallback stripped, ``unstorable`` of each
+    article skipped for an id or title some backend cannot store.
     """
     chunk = next(chunks, None)
     if chunk is None:
@@ -431,6 +441,10 @@ def _prepare(
         if p.note is not None:
             unparsed(p.note)
     latest = {p.article.id: p for p in chunk}  # an id seen twice in one chunk: the later text wins
+    # Skipped on every backend alike, so that no index holds an article another could not.
+    refused = {aid: why for aid, p in latest.items() if (why := record_limits.unstorable(p.article))}
+    for aid, why in refused.items():
+        unstorable(latest.pop(aid).article, why)
     # An id seen in an earlier chunk is written by then (writes keep their order), though perhaps not
     # yet when this chunk is prepared: this later record replaces it.
     earlier = {aid for aid, again in zip(latest, seen.add(latest)) if again}

@@ -283,7 +283,8 @@ ingest_options = stacked(
         "--max-article-bytes",
         type=ByteSize(),
         help="Skip, with a warning, an article longer than this (its XML wikitext, JSONL line or <doc>"
-        " body, as read; a parquet text), never holding it whole [default 2MiB, Wikipedia's page limit].",
+        " body, as read; a parquet text), never holding it whole [default 2MiB, Wikipedia's page limit;"
+        " OpenSearch and Elasticsearch hold at most 16MiB an article].",
     ),
     no_progress_option,
     json_option,

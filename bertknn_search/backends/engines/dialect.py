@@ -25,6 +25,10 @@ TIMEOUT_S = 120  # a bulk chunk of 768-d vectors can take a while on a busy node
 KNN_SPARE = 32
 MAX_CANDIDATES = 10_000  # Elasticsearch's limit on num_candidates
 SCAN_PAGE = 1000  # ids read per request when deleting by query
+# The most text one article may hold on an engine: its doc carries the text about four times (the text,
+# its terms, its bigrams, its sentences) in one request, which a node takes up to its
+# http.max_content_length (100 MB by default): a 60 MB article was refused with HTTP 413.
+MAX_ARTICLE_BYTES = 16 * 1024 * 1024
 
 
 def public_url(url: str) -> str:
@@ -121,6 +125,13 @@ class Dialect:
                 " starts a local node there)"
             )
         nodes = node_urls(conn.url, f"{self.env}_URL / {flag}")
+        if config.max_article_bytes > MAX_ARTICLE_BYTES:
+            raise ConfigError(
+                f"--max-article-bytes {config.max_article_bytes:,} is more than {self.title} can take of"
+                f" one article: at most {MAX_ARTICLE_BYTES:,} bytes (its doc carries the text about four"
+                " times in one request, and a node takes requests up to its http.max_content_length,"
+                f" 100 MB by default); give --max-article-bytes {MAX_ARTICLE_BYTES} or less"
+            )
         if conn.ca is not None and not conn.ca.is_file():
             raise ConfigError(f"CA file {conn.ca} not found; check --{self.name}-ca / {self.env}_CA")
         given = next((node for node in nodes if node.user), None)
