@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -351,3 +352,52 @@ def test_the_server_proves_its_nonce_without_a_token() -> None:
     assert reply.status_code == 200
     assert reply.json()["proof"] == discovery.proof(NONCE, challenge)
     assert client.get("/serving", params={"challenge": "short"}).status_code == 422
+
+
+# -- a real serve over a real engine -------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.opensearch
+def test_query_server_auto_finds_a_serve_over_an_engine(
+    cluster_config: Any, corpus: Path, facts: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bertknn_search.ingest.pipeline import ingest
+
+    ingest(corpus, cluster_config, progress=False)
+    backend = cluster_config.backend
+    url = getattr(cluster_config, f"{backend}_url")
+    where = [
+        "--backend",
+        backend,
+        f"--{backend}-url",
+        url,
+        "--index-prefix",
+        cluster_config.opensearch_prefix,
+    ]
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "bertknn_search", "serve", *where, "--port", "0", "--temperature", "1"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        log = []
+        for line in proc.stderr:
+            log.append(line)
+            if "ready: " in line:
+                break
+        else:
+            pytest.fail("serve ended before it was ready:\n" + "".join(log))
+        assert (
+            f"loading the model for index prefix '{cluster_config.opensearch_prefix}' on {backend}" in log[0]
+        )
+        served = line.split("ready: ")[1].split()[0]
+        f = facts[0]
+        question = f"{f.person.title()} was born in [MASK]."
+        result = cli("query", "--server", "auto", *where, "--subject", f.person.title(), "--json", question)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout.splitlines()[0])["bert_knn"][0]["word"] == f.city
+        with urllib.request.urlopen(served + "/stats", timeout=60) as reply:
+            assert json.loads(reply.read())["server"]["questions"] == 1  # answered there, not here
+    finally:
+        proc.terminate()
+        proc.wait(120)
+    assert list((tmp_path / "bertknn-search").glob("serving-*.json")) == []  # withdrawn when it stopped
