@@ -183,17 +183,20 @@ def render_batch_coverage(coverages: Sequence[Mapping[str, Coverage]]) -> str:
 
 
 def render_confidence(answer: Answer) -> str:
-    """One line: the answer's confidence band and what its score counts; a low one says how to read it."""
+    """One line: the answer's band, ``p`` (the estimated chance that it is right) and its votes; a low
+    one says how to read it."""
     conf = answer.confidence
     if conf is None:
         return ""
-    if answer.n_neighbors and answer.bert_knn:
-        votes = round(conf.score * answer.n_neighbors)
-        verb = "holds" if votes == 1 else "hold"
-        what = f"{votes:,} of {answer.n_neighbors:,} neighbours {verb} {printable(answer.bert_knn[0].word)!r}"
+    if conf.neighbours and answer.bert_knn:
+        verb = "holds" if conf.votes == 1 else "hold"
+        word = printable(answer.bert_knn[0].word)
+        what = f"{conf.votes:,} of {conf.neighbours:,} neighbours {verb} {word!r}"
     else:
         what = "BERT's top-1 probability; no neighbours"
-    line = f"confidence: {conf.level} ({conf.score:.2f}: {what})"
+    line = f"confidence: {conf.level} (p {conf.p:.2f}: {what})"
+    if answer.partial:
+        line += ", of part of its articles"
     if conf.level == "low":
         line += "; a low-confidence answer is mostly wrong: weigh the other answers and the evidence"
     return line

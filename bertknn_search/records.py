@@ -327,12 +327,17 @@ class Confidence:
     """How sure an answer is (``confidence.assess``; what the bands mean: docs/evaluation.md#confidence).
 
     Attributes:
-        level: "high", "medium" or "low".
-        score: in [0, 1], the signal the bands cut: the share of the neighbours that hold the top answer.
+        level: "high", "medium" or "low": bands of ``p`` (never "high" on a single vote).
+        p: the estimated probability, in [0, 1], that the top answer is right (without neighbours:
+            BERT's top-1 probability).
+        votes: neighbours that hold the top answer.
+        neighbours: neighbours the answer had.
     """
 
     level: str
-    score: float
+    p: float
+    votes: int = 0
+    neighbours: int = 0
 
 
 @dataclass(frozen=True)

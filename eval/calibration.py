@@ -1,86 +1,186 @@
-"""Confidence calibration: facts -> each answer's signals and hit -> bands set on one half, P@1 per band on
-the other.
+"""Confidence calibration: answered facts -> a logistic fit of ``p`` -> its check on left-out relations.
 
-``measure`` answers facts as ``query`` does and records, per answer, what ``confidence.signals`` reads and
-whether the top answer is right; ``calibrate`` splits the answers by fact (a hash of its key, so that a
-re-run splits alike), sets a signal's two thresholds on the calibration half and reports P@1 per band on
-the held-out half. ``benchmarks/bench_confidence.py`` runs both; the thresholds in ``confidence.py`` are
-the ones it found.
+An evaluation (``harness.evaluate``) records each scored fact's confidence signals and whether its top
+answer is right. ``calibrate`` fits ``p`` on those answers (``confidence.Fit``) and checks it the way it is
+used: each relation's answers are scored by a fit made without any fact of that relation (never a
+random split of facts, whose relations the fit would have seen), and the bands' thresholds are chosen on
+those left-out scores. ``eval calibrate`` and ``benchmarks/bench_confidence.py`` run it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bertknn_search.eval.datasets import Fact
-from bertknn_search.eval.harness import prepare
-from bertknn_search.query.confidence import HIGH, LEVELS, MEDIUM, Signals, level, signals
-from bertknn_search.query.search import Searcher
-from bertknn_search.records import Question
+from bertknn_search.errors import ConfigError
+from bertknn_search.eval.report import plot_reliability, render_calibration
+from bertknn_search.query.confidence import (
+    FEATURES,
+    FIT_FILE,
+    LEVELS,
+    MIN_HIGH_VOTES,
+    Fit,
+    Signals,
+    signals_from_json,
+)
 
-BATCH = 64  # questions per model call
-MIN_SHARE = 0.15  # the high and the low band each hold at least this share of the calibration answers
-# The signals whose value is a score in [0, 1] that grows with confidence (others are reported, not cut).
-SCORES: dict[str, Callable[[Signals], float]] = {
-    "votes": lambda s: s.votes,
-    "near_votes": lambda s: s.near_votes,
-    "top1": lambda s: s.top1,
-    "margin": lambda s: s.margin,
-    "agree": lambda s: float(s.agree),
-    "spread": lambda s: 1.0 - s.distinct,  # few distinct values among the neighbours
+# The inputs of the fit: every signal an answer has; the regression weighs them.
+DEFAULT_FEATURES = tuple(FEATURES)
+MIN_BLOCK = 50  # answers per step of the isotonic curve at least: fewer would follow noise
+L2 = 1.0  # ridge penalty on the standardised weights: keeps a small relation from swinging the fit
+BINS = 10  # equal-width bins of p for the ECE and the reliability diagram
+# Bands: "high" holds at most this share of the answers, from the top of p; "low" at least this share
+# from the bottom. Chosen on left-out relations (``choose_bands``).
+HIGH_SHARE = 0.2
+LOW_SHARE = 0.4
+# What a relation is about, for the per-kind numbers (LAMA T-REx; others count as "other").
+KINDS: dict[str, tuple[str, ...]] = {
+    "places": ("P19", "P20", "P937", "P159", "P740", "P131", "P276"),
+    "countries": ("P27", "P495", "P17", "P1001", "P530"),
+    "languages": ("P103", "P1412", "P407", "P364", "P37"),
+    "professions, fields, offices": ("P106", "P101", "P39"),
+    "organisations, owners, makers": ("P108", "P463", "P127", "P176", "P178", "P264", "P449"),
+    "genres, instruments, positions": ("P136", "P1303", "P413"),
+    "dates": ("date_of_birth", "P569", "P570", "P571", "P577"),
+    "religion, names, types, parts": ("P140", "P138", "P31", "P527", "P279", "P361"),
 }
+
+
+def kind(relation: str) -> str:
+    """The kind of answers ``relation`` asks for ("places", ...; "other" when not listed)."""
+    return next((name for name, members in KINDS.items() if relation in members), "other")
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One answered fact: where it comes from, its signals, whether its top answer is right.
-
-    Attributes:
-        partial: whether the answer saw part of its articles' contexts (a lazy index under a budget).
-    """
+    """One answered fact: its relation, its confidence signals, whether its top answer is right."""
 
     key: str
     relation: str
     signals: Signals
     hit: bool
-    word: str
-    partial: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["signals"]["nearest"] = None if math.isinf(self.signals.nearest) else self.signals.nearest
-        return out
 
 
-def measure(searcher: Searcher, facts: Sequence[Fact], batch: int = BATCH) -> Iterator[Measured]:
-    """Answer each fact whose answer can be one (LAMA's rule: one value of the index) and has neighbours.
+def logistic(x: np.ndarray, y: np.ndarray, l2: float = L2, steps: int = 50) -> tuple[np.ndarray, float]:
+    """Weights and intercept of a ridge-penalised logistic regression (Newton's method; the intercept is
+    not penalised)."""
+    n, d = x.shape
+    design = np.hstack([x, np.ones((n, 1))])
+    w = np.zeros(d + 1)
+    penalty = np.full(d + 1, l2)
+    penalty[-1] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -40.0, 40.0)))
+        grad = design.T @ (p - y) + penalty * w
+        hess = (design * (p * (1 - p))[:, None]).T @ design + np.diag(penalty) + 1e-9 * np.eye(d + 1)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w[:-1], float(w[-1])
 
-    Facts without neighbours (no article found) are left out: without an MLM head they get no answer.
+
+def fit(
+    rows: Sequence[Measured],
+    features: Sequence[str] = DEFAULT_FEATURES,
+    bands: tuple[float, float] = (1.0, 0.0),
+    about: Mapping[str, Any] | None = None,
+) -> Fit:
+    """A fit of ``p`` on ``rows`` (answers with neighbours), with the given (high, medium) thresholds.
+
+    Raises:
+        ValueError: no answer, or all right or all wrong (nothing to fit).
     """
-    ready, _ = prepare(searcher, facts, None)
-    for start in range(0, len(ready), batch):
-        chunk = ready[start : start + batch]
-        questions: list[Question] = [p.question for p in chunk]
-        for prepared, scored in zip(chunk, searcher.score_batch(questions)):
-            if len(scored.neighbors) == 0:
-                continue
-            ranking = searcher.predictions(scored.p, scored)
-            found = signals(ranking, scored.neighbors)
-            hit = bool(ranking) and ranking[0].token_id in prepared.gold
-            partial = any(not c.complete for c in scored.coverage.values())
-            fact = prepared.fact
-            yield Measured(fact.key, fact.relation, found, hit, ranking[0].word, partial)
+    hits = np.array([r.hit for r in rows], dtype=np.float64)
+    if not len(rows) or hits.min() == hits.max():
+        raise ValueError("a fit needs right and wrong answers")
+    raw = Fit(
+        tuple(features), (0.0,) * len(features), (1.0,) * len(features), (0.0,) * len(features), 0.0, 1, 0
+    )
+    x = raw.matrix([r.signals for r in rows])
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-6] = 1.0  # a constant feature (no partial answer in the data) gets weight 0
+    coef, intercept = logistic((x - mean) / scale, hits)
+    line = Fit(
+        tuple(features),
+        tuple(mean.round(6).tolist()),
+        tuple(scale.round(6).tolist()),
+        tuple(coef.round(6).tolist()),
+        round(intercept, 6),
+        bands[0],
+        bands[1],
+        dict(about or {}),
+    )
+    raw_p = line.probability([r.signals for r in rows])
+    return dataclasses.replace(line, curve=isotonic(raw_p, hits))
 
 
-def held_out(key: str) -> bool:
-    """Whether a fact is in the held-out half (a hash of its key: the same split on every run)."""
-    return hashlib.sha256(key.encode("utf-8")).digest()[0] % 2 == 1
+def isotonic(p: np.ndarray, hits: np.ndarray, min_block: int = MIN_BLOCK) -> tuple[tuple[float, float], ...]:
+    """Rising (p, share right) points that fit ``hits`` best for the order of ``p`` (pool adjacent
+    violators, blocks of at least ``min_block`` answers), one at each block's mean ``p``, with the ends
+    at 0 and 1 so that every ``p`` maps."""
+    order = np.argsort(p, kind="stable")
+    xs, ys = p[order], hits[order]
+    blocks: list[list[float]] = []  # [sum p, sum hits, answers]
+    for start in range(0, len(xs), min_block):
+        blocks.append(
+            [
+                float(xs[start : start + min_block].sum()),
+                float(ys[start : start + min_block].sum()),
+                float(len(xs[start : start + min_block])),
+            ]
+        )
+        while len(blocks) > 1 and _rate(blocks[-2]) >= _rate(blocks[-1]):
+            last = blocks.pop()
+            blocks[-1] = [a + b for a, b in zip(blocks[-1], last)]
+    points = [(round(b[0] / b[2], 6), round(_rate(b), 6)) for b in blocks]
+    first, last = points[0][1], points[-1][1]
+    return ((0.0, first), *points, (1.0, last))
+
+
+def _rate(block: Sequence[float]) -> float:
+    """A block's share right, with half a right answer added: none right says rare, not impossible."""
+    return (block[1] + 0.5) / (block[2] + 1)
+
+
+def left_out_fits(rows: Sequence[Measured], features: Sequence[str] = DEFAULT_FEATURES) -> dict[str, Fit]:
+    """Per relation, a fit made without any answer of that relation."""
+    relations = sorted({r.relation for r in rows})
+    fits = {}
+    for rel in relations:
+        rest = [r for r in rows if r.relation != rel]
+        if len({r.hit for r in rest}) < 2:
+            right = "right" if rest and rest[0].hit else "wrong"
+            raise ValueError(
+                f"without relation {rel}, every answer is {right}: nothing to fit; name more facts"
+            )
+        fits[rel] = fit(rest, features)
+    return fits
+
+
+def left_out(rows: Sequence[Measured], features: Sequence[str] = DEFAULT_FEATURES) -> np.ndarray:
+    """Each answer's ``p`` from a fit made without any answer of its relation."""
+    fits = left_out_fits(rows, features)
+    return np.array([float(fits[r.relation].probability([r.signals])[0]) for r in rows])
+
+
+def choose_bands(
+    p: Sequence[float], high_share: float = HIGH_SHARE, low_share: float = LOW_SHARE
+) -> tuple[float, float]:
+    """Thresholds (high, medium) on left-out ``p``: "high" the top ``high_share`` of answers, "low" the
+    bottom ``low_share``, rounded to two digits so that they read as the probabilities they are."""
+    values = np.sort(np.asarray(p, dtype=np.float64))
+    if not len(values):
+        return 1.0, 0.0
+    high = float(np.quantile(values, 1 - high_share))
+    medium = float(np.quantile(values, low_share))
+    return round(max(high, 0.01), 2), round(min(max(medium, 0.0), high), 2)
 
 
 def auc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
@@ -99,89 +199,163 @@ def auc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
     return float((ranks[h].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
-def bands(scores: Sequence[float], hits: Sequence[bool], high: float, medium: float) -> dict[str, Any]:
-    """Per band (``confidence.level`` with these thresholds): answers, right answers and P@1 (None: empty)."""
-    table: dict[str, Any] = {}
-    for name in reversed(LEVELS):
-        chosen = [hit for score, hit in zip(scores, hits) if level(score, high, medium) == name]
-        table[name] = {
-            "answers": len(chosen),
-            "hits": sum(chosen),
-            "P@1": round(sum(chosen) / len(chosen), 4) if chosen else None,
-        }
-    return table
-
-
-def fit(scores: Sequence[float], hits: Sequence[bool], min_share: float = MIN_SHARE) -> tuple[float, float]:
-    """Thresholds (high, medium) that separate P@1 most: the largest P@1 of "high" over that of "low"
-    (+1 answer each, so that an empty band cannot win), each band holding at least ``min_share`` of
-    the answers.
-
-    The candidates are the distinct scores; "medium" is what lies between. Without answers: the
-    shipped thresholds.
-    """
-    if not len(scores):
-        return HIGH, MEDIUM
-    s = np.asarray(scores, dtype=np.float64)
-    h = np.asarray(hits, dtype=np.float64)
-    n = len(s)
-    candidates = np.unique(s)
-    best, chosen = -math.inf, (float(candidates[-1]), float(candidates[0]))
-    for lo in candidates:
-        low = s < lo
-        if low.sum() < min_share * n:
-            continue
-        p_low = (h[low].sum() + 1) / (low.sum() + 2)
-        for hi in candidates[candidates >= lo]:
-            high = s >= hi
-            if high.sum() < min_share * n:
-                break
-            ratio = ((h[high].sum() + 1) / (high.sum() + 2)) / p_low
-            if ratio > best:
-                best, chosen = ratio, (float(hi), float(lo))
-    return chosen
-
-
-def calibrate(
-    rows: Sequence[Measured], thresholds: Mapping[str, tuple[float, float]] | None = None
-) -> dict[str, Any]:
-    """Per signal of ``SCORES``: AUC and thresholds on the calibration half, P@1 per band on the held-out.
-
-    Args:
-        rows: measured answers.
-        thresholds: signal -> (high, medium) to report instead of fitting (the shipped ones, say).
-    """
-    calib = [r for r in rows if not held_out(r.key)]
-    test = [r for r in rows if held_out(r.key)]
-    out: dict[str, Any] = {
-        "answers": {"calibration": len(calib), "held_out": len(test)},
-        "P@1": {
-            "calibration": _rate([r.hit for r in calib]),
-            "held_out": _rate([r.hit for r in test]),
-        },
-        "signals": {},
-    }
-    for name, score in SCORES.items():
-        c_scores, c_hits = [score(r.signals) for r in calib], [r.hit for r in calib]
-        t_scores, t_hits = [score(r.signals) for r in test], [r.hit for r in test]
-        high, medium = (thresholds or {}).get(name) or fit(c_scores, c_hits)
-        table = bands(t_scores, t_hits, high, medium)
-        p_high, p_low = table["high"]["P@1"], table["low"]["P@1"]
-        out["signals"][name] = {
-            "auc_calibration": _round(auc(c_scores, c_hits)),
-            "auc_held_out": _round(auc(t_scores, t_hits)),
-            "high": round(high, 4),
-            "medium": round(medium, 4),
-            "calibration": bands(c_scores, c_hits, high, medium),
-            "held_out": table,
-            "high_over_low": round(p_high / p_low, 2) if p_high is not None and p_low else None,
-        }
+def reliability(p: Sequence[float], hits: Sequence[bool], bins: int = BINS) -> list[dict[str, Any]]:
+    """Per equal-width bin of ``p`` that holds answers: its range, answers, mean ``p`` and share right."""
+    pv, hv = np.asarray(p, dtype=np.float64), np.asarray(hits, dtype=np.float64)
+    which = np.minimum((pv * bins).astype(int), bins - 1)
+    out = []
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            out.append(
+                {
+                    "low": b / bins,
+                    "high": (b + 1) / bins,
+                    "answers": int(inside.sum()),
+                    "mean_p": float(pv[inside].mean()),
+                    "right": float(hv[inside].mean()),
+                }
+            )
     return out
 
 
-def _rate(hits: Sequence[bool]) -> float | None:
-    return round(sum(hits) / len(hits), 4) if hits else None
+def ece(p: Sequence[float], hits: Sequence[bool], bins: int = BINS) -> float | None:
+    """Expected calibration error: the answers' share-weighted gap between mean ``p`` and share right,
+    over equal-width bins of ``p``; None without answers."""
+    table = reliability(p, hits, bins)
+    n = sum(b["answers"] for b in table)
+    return sum(b["answers"] * abs(b["mean_p"] - b["right"]) for b in table) / n if n else None
+
+
+def band_table(p: Sequence[float], hits: Sequence[bool], votes: Sequence[int], model: Fit) -> dict[str, Any]:
+    """Per band (``model.level``): answers, right answers and P@1 (None: empty)."""
+    levels = [model.level(float(x), int(v)) for x, v in zip(p, votes)]
+    table: dict[str, Any] = {}
+    for name in reversed(LEVELS):
+        chosen = [h for lv, h in zip(levels, hits) if lv == name]
+        table[name] = {
+            "answers": len(chosen),
+            "hits": int(sum(chosen)),
+            "P@1": round(sum(chosen) / len(chosen), 4) if chosen else None,
+        }
+    p_high, p_low = table["high"]["P@1"], table["low"]["P@1"]
+    table["high_over_low"] = round(p_high / p_low, 2) if p_high is not None and p_low else None
+    return table
+
+
+def summary(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[str, Any]:
+    """AUROC, ECE, P@1 per band and the single-vote "high" count of ``p`` over ``rows``."""
+    hits = [r.hit for r in rows]
+    votes = [r.signals.votes for r in rows]
+    levels = [model.level(float(x), v) for x, v in zip(p, votes)]
+    return {
+        "answers": len(rows),
+        "P@1": round(sum(hits) / len(hits), 4) if hits else None,
+        "mean_p": round(float(np.mean(p)), 4) if len(rows) else None,
+        "auroc": _round(auc(p, hits)),
+        "ece": _round(ece(p, hits)),
+        "bands": band_table(p, hits, votes, model),
+        "high_on_one_vote": sum(lv == "high" and v < MIN_HIGH_VOTES for lv, v in zip(levels, votes)),
+    }
+
+
+def calibrate(
+    rows: Sequence[Measured],
+    features: Sequence[str] = DEFAULT_FEATURES,
+    about: Mapping[str, Any] | None = None,
+) -> tuple[Fit, dict[str, Any]]:
+    """Fit ``p`` on all ``rows`` and check it on left-out relations.
+
+    Returns:
+        the fit (bands chosen on the left-out ``p``; ``about`` holds the check's headline numbers) and
+        the check: overall, per relation and per kind of relation, each on left-out ``p``.
+
+    Raises:
+        ValueError: fewer than two relations, or no right or no wrong answer among the rows.
+    """
+    relations = sorted({r.relation for r in rows})
+    if len(relations) < 2:
+        raise ValueError("a fit checked on left-out relations needs facts of two relations or more")
+    p = left_out(rows, features)
+    high, medium = choose_bands(p)
+    check_model = fit(rows, features, (high, medium))
+    report: dict[str, Any] = {
+        "method": "logistic regression; each relation scored by a fit without it",
+        "features": list(features),
+        "bands": {"high": high, "medium": medium, "high_needs_votes": MIN_HIGH_VOTES},
+        "left_out": summary(rows, p, check_model),
+        "reliability": reliability(p, [r.hit for r in rows]),
+        "relations": {},
+        "kinds": {},
+    }
+    for relation in relations:
+        mine = [i for i, r in enumerate(rows) if r.relation == relation]
+        report["relations"][relation] = {
+            "kind": kind(relation),
+            **summary([rows[i] for i in mine], p[mine], check_model),
+        }
+    for name in sorted({kind(r) for r in relations}):
+        mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
+        report["kinds"][name] = {
+            "relations": sorted({rows[i].relation for i in mine}),
+            **summary([rows[i] for i in mine], p[mine], check_model),
+        }
+    head = report["left_out"]
+    headline = {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}
+    info = {**dict(about or {}), "relations": relations, "left_out": headline}
+    info["bands_P@1"] = {name: head["bands"][name]["P@1"] for name in reversed(LEVELS)}
+    final = fit(rows, features, (high, medium), info)
+    return final, report
+
+
+def from_lines(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
+    """The answers an evaluation's checkpoint lines hold: scored facts with neighbours (their confidence
+    signals recorded) and whether BERT-kNN's top answer is right."""
+    out = []
+    for line in lines:
+        said = line.get("confidence_signals")
+        ranks = line.get("ranks") or {}
+        if not said or line.get("skipped") or "bert_knn" not in ranks:
+            continue
+        out.append(Measured(line["key"], line["relation"], signals_from_json(said), ranks["bert_knn"] == 1))
+    return out
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def write_calibration(
+    checkpoint: Path, out: Path, model: str, store_at: Path | None
+) -> tuple[Fit, dict[str, Any]]:
+    """``eval calibrate`` after its evaluation: fit ``p`` on the checkpoint's answers, check it on left-out
+    relations, write the report into ``out`` and store the fit at ``store_at`` (None: only in ``out``).
+
+    Raises:
+        ConfigError: answers of fewer than two relations, or none right or none wrong.
+    """
+    text = Path(checkpoint).read_text(encoding="utf-8")
+    rows = from_lines(json.loads(line) for line in text.splitlines() if line.strip())
+    relations = sorted({r.relation for r in rows})
+    if len(relations) < 2 or len({r.hit for r in rows}) < 2:
+        raise ConfigError(
+            "a fit checked on left-out relations needs answers of two relations or more, right and wrong;"
+            f" {len(rows):,} answers of {len(relations)} relation(s) here: name more facts"
+        )
+    about = {"model": model, "stored": f"fitted by eval calibrate on {len(rows):,} answers ({out})"}
+    try:
+        fit, check = calibrate(rows, about=about)
+    except ValueError as exc:
+        raise ConfigError(f"cannot fit confidence: {exc}") from None
+    if store_at is not None:
+        store_at.parent.mkdir(parents=True, exist_ok=True)
+        fit.save(store_at)
+    fit.save(out / FIT_FILE)
+    head = check["left_out"]
+    plot_reliability(
+        check["reliability"], head["ece"], out / "reliability-left-out.png", "p, relations left out"
+    )
+    report = {"fit": fit.as_json(), "check": check}
+    (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "calibration.md").write_text(render_calibration(check, store_at), encoding="utf-8")
+    return fit, check

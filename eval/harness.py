@@ -19,9 +19,11 @@ from tqdm import tqdm
 
 from bertknn_search.config import Config, flag_name
 from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
+from bertknn_search.eval.calibration import from_lines, reliability, summary
 from bertknn_search.eval.datasets import MASK, Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
 from bertknn_search.eval.report import write_report
+from bertknn_search.query.confidence import judge, signals_json, signals_of
 from bertknn_search.query.gates import SIGNALS, confidence, retrieves, threshold_for
 from bertknn_search.query.search import Searcher
 from bertknn_search.records import Question
@@ -229,6 +231,7 @@ def evaluate(
     if gates:
         lines = [done[f.key] for f in facts]
         meta["adaptive"] = adaptive_summary(lines, gates, config.gate, no_article_wrong)
+    meta["confidence"] = confidence_summary([done[f.key] for f in facts], searcher)
     report = write_report(scores, out_dir, meta)
     return EvalResult(scores, report, path, len(facts), len(todo), resumed, datastore)
 
@@ -258,7 +261,8 @@ def _rank_batch(
         hits, nb = scored.hits, scored.neighbors
         dists = {"bert": scored.p_bert, "knn": scored.p_knn, "bert_knn": scored.p}
         # A model without an MLM head has no p_BERT: its BERT column is left out, not scored as wrong.
-        ranked = {m: searcher.ranked(p, scored, top, allowed)[0] for m, p in dists.items() if p is not None}
+        found = {m: searcher.ranked(p, scored, top, allowed) for m, p in dists.items() if p is not None}
+        ranked = {m: ids for m, (ids, _) in found.items()}
         ranks = {
             m: next((i for i, t in enumerate(ids, 1) if t in item.gold), None) for m, ids in ranked.items()
         }
@@ -271,8 +275,28 @@ def _rank_batch(
             "signals": {name: _rounded(values[j]) for name, values in signals.items()},
             "seconds": scored.seconds,
         }
+        if len(nb):  # what BERT-kNN's answer's confidence is read from, for the report and eval calibrate
+            ids, probs = found["bert_knn"]
+            best = [float(x) for x in probs[:2]] + [0.0, 0.0]
+            said = signals_of(ids[0] if ids else None, best[0], best[1], nb, scored.coverage)
+            conf = judge(said, False, searcher.confidence_fit)
+            extra["confidence"] = None if conf is None else {"p": conf.p, "level": conf.level}
+            extra["confidence_signals"] = signals_json(said)
         lines.append(_line(item.fact, ranks, NO_ARTICLE if len(nb) == 0 else None, extra))
     return lines
+
+
+def confidence_summary(lines: Sequence[Mapping[str, Any]], searcher: Searcher) -> dict[str, Any] | None:
+    """ECE, AUROC and P@1 per band of BERT-kNN's answers' ``p`` under the searcher's confidence fit (the
+    report's Confidence section and reliability.png); None without an answer that has neighbours."""
+    rows = from_lines(lines)
+    if not rows:
+        return None
+    fit = searcher.confidence_fit
+    p = fit.probability([r.signals for r in rows])
+    about = fit.about
+    out = {"fit": f"{about.get('model', 'unknown model')}, {about.get('stored', 'shipped with the package')}"}
+    return {**out, **summary(rows, p, fit), "reliability": reliability(p, [r.hit for r in rows])}
 
 
 def _rounded(value: float | None) -> float | None:

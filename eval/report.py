@@ -45,7 +45,8 @@ def write_report(
         meta: settings to record with the numbers (config, data paths, model), JSON-serialisable.
 
     Returns:
-        name -> path: "json", "markdown", "plot", and "popularity_plot" when facts had a popularity.
+        name -> path: "json", "markdown", "plot", "popularity_plot" when facts had a popularity, and
+        "reliability" (the reliability diagram of the answers' confidence) when answers had neighbours.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -62,6 +63,12 @@ def write_report(
     text = render_markdown(result, unavailable)
     if meta and meta.get("adaptive"):
         text += "\n" + render_adaptive(meta["adaptive"])
+    conf = (meta or {}).get("confidence")
+    if conf:
+        text += "\n" + render_confidence(conf)
+        paths["reliability"] = out_dir / "reliability.png"
+        title = "BERT-kNN's answers: share right per bin of p"
+        plot_reliability(conf["reliability"], conf["ece"], paths["reliability"], title)
     paths["markdown"].write_text(text, encoding="utf-8")
     plot_precision(result, paths["plot"], unavailable)
     if result.popularity:
@@ -278,3 +285,91 @@ def plot_popularity(buckets: Sequence[Bucket], path: Path, unavailable: Sequence
     if models:
         ax.legend(fontsize=8)
     fig.savefig(path, dpi=120)
+
+
+def render_confidence(conf: Mapping[str, Any]) -> str:
+    """Confidence of this run's BERT-kNN answers: ECE and AUROC of ``p``, P@1 per band."""
+    lines = ["## Confidence", ""]
+    lines += [
+        "`p` is each answer's estimated probability of being right (the confidence fit in use:"
+        f" {conf['fit']}). ECE: the answers' weighted gap between mean `p` and the share right, over"
+        " 10 bins of `p` (reliability.png); AUROC: how often a right answer's `p` beats a wrong one's.",
+        "",
+    ]
+    rows = [
+        [str(conf["answers"]), pct(conf["P@1"]), pct(conf["mean_p"]), _num(conf["ece"]), _num(conf["auroc"])]
+    ]
+    lines += [*table(["Answers", "P@1", "Mean p (%)", "ECE", "AUROC"], rows, 0), ""]
+    header = ["Band", "Answers", "P@1"]
+    rows = [
+        [name, str(b["answers"]), pct(b["P@1"])] for name, b in conf["bands"].items() if isinstance(b, dict)
+    ]
+    lines += [*table(header, rows), ""]
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def plot_reliability(bins: Sequence[Mapping[str, Any]], ece: float | None, path: Path, title: str) -> Path:
+    """A reliability diagram: share right against mean ``p`` per bin (the diagonal is perfect), the
+    answers per bin below (``calibration.reliability``'s table)."""
+    from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
+
+    fig = Figure(figsize=(4.6, 5.2), layout="constrained")
+    top, bottom = fig.subplots(2, 1, height_ratios=(3, 1), sharex=True)
+    top.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1, label="perfect")
+    if bins:
+        top.plot([b["mean_p"] for b in bins], [b["right"] for b in bins], "o-", color="C2", label="answers")
+        centres = [(b["low"] + b["high"]) / 2 for b in bins]
+        bottom.bar(centres, [b["answers"] for b in bins], width=0.09, color="C0")
+    answers = sum(b["answers"] for b in bins)
+    top.set_title(f"{title}\nECE {_num(ece)}, {answers:,} answers", fontsize=9)
+    top.set_ylabel("share right")
+    top.set_xlim(0, 1)
+    top.set_ylim(0, 1)
+    top.legend(fontsize=8, loc="upper left")
+    bottom.set_xlabel("p (confidence)")
+    bottom.set_ylabel("answers")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def render_calibration(check: Mapping[str, Any], stored: Path | None) -> str:
+    """``eval calibrate``'s report: the fit's check on left-out relations, overall, per kind of relation
+    and per relation (``calibration.calibrate``'s second value)."""
+    bands = check["bands"]
+    lines = ["# Confidence calibration", ""]
+    lines += [
+        f"`p` fitted by {check['method']} ({', '.join(check['features'])}). Every number below is of"
+        " left-out `p`: each relation's answers scored by a fit that never saw that relation. Bands:"
+        f" high at p >= {bands['high']:.2f} with {bands['high_needs_votes']} votes or more, medium at"
+        f" p >= {bands['medium']:.2f}, low below (reliability-left-out.png).",
+        "",
+    ]
+    if stored is not None:
+        lines += [f"Stored in {stored}: query, serve and eval over this index use it.", ""]
+    header = ["", "Relations", "Answers", "P@1", "AUROC", "ECE", "high", "medium", "low", "high ÷ low"]
+    rows = [_calibration_row("**all**", len(check["relations"]), check["left_out"])]
+    rows += [_calibration_row(name, len(k["relations"]), k) for name, k in check["kinds"].items()]
+    rows += [_calibration_row(f"{rel} ({r['kind']})", 1, r) for rel, r in check["relations"].items()]
+    lines += [*table(header, rows), ""]
+    lines += ["P@1 per band in %, its answers in brackets.", ""]
+    return "\n".join(lines)
+
+
+def _calibration_row(name: str, relations: int, s: Mapping[str, Any]) -> list[str]:
+    b = s["bands"]
+    cells = [f"{pct(b[n]['P@1'])} ({b[n]['answers']})" for n in ("high", "medium", "low")]
+    ratio = "–" if b.get("high_over_low") is None else f"{b['high_over_low']:.1f}"
+    return [
+        name,
+        str(relations),
+        str(s["answers"]),
+        pct(s["P@1"]),
+        _num(s["auroc"]),
+        _num(s["ece"]),
+        *cells,
+        ratio,
+    ]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
+from bertknn_search.eval.calibration import ece
+from bertknn_search.query.confidence import FIT_FILE, Fit, shipped
 
 
 def write_questions(path: Path, facts: list[Fact]) -> None:
@@ -26,6 +29,23 @@ def write_questions(path: Path, facts: list[Fact]) -> None:
         for f in facts
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def write_calibration_questions(path: Path, facts: list[Fact]) -> Path:
+    """Birthplaces as two relations, every other gold another person's town: right and wrong answers in
+    both (at --temperature 1), what a fit checked on a left-out relation needs."""
+    n = len(facts)
+    rows = [
+        {
+            "question": f"{f.person.title()} was born in [MASK].",
+            "answers": [f.city if i % 2 == 0 else facts[(i + 1) % n].city],
+            "subject": f.person,
+            "relation": "born-a" if i < n // 2 else "born-b",
+        }
+        for i, f in enumerate(facts)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
 
 
 def test_eval_run_writes_the_report_and_resumes(
@@ -296,3 +316,68 @@ def test_relations_select_by_id_in_every_eval_command(
     templates.write_text('{"relation": "P19", "template": "[X] was born in [Y] ."}\n')
     old = CliRunner().invoke(main, ["eval", "run", *asked, "--relations", str(templates)])
     assert old.exit_code == 1 and old.output.endswith("goes to --relations-file)\n")
+
+
+def test_eval_run_writes_a_reliability_diagram_and_the_ece_of_p(
+    built_index: Config, facts: list[Fact], tmp_path: Path
+) -> None:
+    questions = tmp_path / "q.jsonl"
+    write_questions(questions, facts)
+    out = tmp_path / "out"
+    asked = [
+        "--questions",
+        str(questions),
+        "--index",
+        str(built_index.index),
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
+    r = CliRunner().invoke(main, ["eval", "run", *asked, "--json"])
+    assert r.exit_code == 0, r.output
+    assert (out / "reliability.png").read_bytes().startswith(b"\x89PNG")
+    conf = json.loads((out / "results.json").read_text())["meta"]["confidence"]
+    lines = [json.loads(line) for line in (out / "facts.jsonl").read_text().splitlines()]
+    p = [line["confidence"]["p"] for line in lines]
+    hits = [line["ranks"]["bert_knn"] == 1 for line in lines]
+    assert conf["answers"] == len(lines) == 2 * len(facts) and conf["ece"] == pytest.approx(
+        ece(p, hits), abs=1e-3
+    )
+    assert sum(b["answers"] for b in conf["reliability"]) == len(lines)
+    assert "## Confidence" in (out / "results.md").read_text() and "ECE" in (out / "results.md").read_text()
+
+
+def test_eval_calibrate_stores_a_fit_that_later_queries_use(
+    index_copy: Config, facts: list[Fact], tmp_path: Path
+) -> None:
+    questions = write_calibration_questions(tmp_path / "q.jsonl", facts)
+    index = str(index_copy.index)
+    ask = ["query", "Zorblat was born in [MASK].", "--subject", "Zorblat", "--index", index, "--json"]
+    ask += [
+        "--temperature",
+        "1",
+    ]  # the tiny model's neighbours tell towns apart at l=1 (as in eval run's test)
+    before = json.loads(CliRunner().invoke(main, ask, catch_exceptions=False).output)["confidence"]
+    out = tmp_path / "cal"
+    common = ["eval", "calibrate", "--questions", str(questions), "--index", index, "--no-progress"]
+    common += ["--temperature", "1"]
+    r = CliRunner().invoke(main, [*common, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    stored = index_copy.index / FIT_FILE
+    fit = Fit.read(stored)
+    assert {p.name for p in out.iterdir()} >= {
+        "calibration.md",
+        "calibration.json",
+        FIT_FILE,
+        "reliability-left-out.png",
+    }
+    check = json.loads((out / "calibration.json").read_text())["check"]
+    assert set(check["relations"]) == {"born-a", "born-b"} and fit.about["relations"] == ["born-a", "born-b"]
+    assert f"Stored in {stored}" in r.output and "AUROC" in r.output
+    after = json.loads(CliRunner().invoke(main, ask, catch_exceptions=False).output)["confidence"]
+    assert fit != shipped() and after["p"] != before["p"]
+    assert (after["votes"], after["neighbours"]) == (before["votes"], before["neighbours"])
+    # One relation cannot be checked on a relation left out: a one-line error, no traceback.
+    one = CliRunner().invoke(main, [*common, "--relations", "born-a", "--out", str(tmp_path / "one")])
+    assert one.exit_code == 1 and one.output.startswith("Error: a fit checked on left-out relations needs")
+    assert one.output.count("\n") == 1

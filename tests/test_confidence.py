@@ -1,7 +1,8 @@
-"""Answer confidence: the band mapping, the score an answer gets, and where it shows (JSON, text, client)."""
+"""Answer confidence: p from the signals, the bands, where it shows (JSON, text, client), and its fit."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -12,9 +13,32 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.eval.calibration import auc, bands, calibrate, fit, held_out
+from bertknn_search.errors import ConfigError
+from bertknn_search.eval.calibration import (
+    Measured,
+    auc,
+    calibrate,
+    choose_bands,
+    ece,
+    fit,
+    left_out,
+    logistic,
+    reliability,
+)
 from bertknn_search.output import render_answer, render_coverage, to_json
-from bertknn_search.query.confidence import HIGH, LEVELS, MEDIUM, assess, level, signals
+from bertknn_search.query.confidence import (
+    FIT_FILE,
+    LEVELS,
+    MIN_HIGH_VOTES,
+    Fit,
+    Signals,
+    assess,
+    fit_for,
+    shipped,
+    signals,
+    signals_from_json,
+    signals_json,
+)
 from bertknn_search.query.search import Searcher
 from bertknn_search.records import Answer, ArticleHit, Confidence, Coverage, Neighbors, Prediction, Question
 from bertknn_search.server.client import answer_from_json
@@ -44,42 +68,147 @@ def answer(conf: Confidence | None, n: int = 20, **more: object) -> Answer:
     )  # type: ignore[arg-type]
 
 
-# -- the bands ---------------------------------------------------------------------------------------
-def test_the_band_never_falls_as_the_score_rises() -> None:
-    assert 0.0 < MEDIUM < HIGH <= 1.0
-    scores = np.linspace(0.0, 1.0, 201)
-    ranks = [LEVELS.index(level(float(s))) for s in scores]
-    assert ranks == sorted(ranks)
-    assert {level(float(s)) for s in scores} == set(LEVELS)
-    assert (level(MEDIUM), level(HIGH), level(math.nextafter(MEDIUM, 0.0))) == ("medium", "high", "low")
+RANKING = [Prediction("paris", 7, 0.5), Prediction("lyon", 8, 0.2)]
 
 
-def test_the_score_is_the_share_of_neighbours_holding_the_top_answer() -> None:
-    ranking = [Prediction("paris", 7, 0.5), Prediction("lyon", 8, 0.2)]
+# -- the signals and p -------------------------------------------------------------------------------
+def test_the_signals_count_votes_neighbours_and_coverage() -> None:
     nb = neighbors([7, 7, 8, 9, 7, 9, 9, 9], [3.0, 1.0, 2.0, 4.0, 5.0, 6.0, 7.0, 8.0])
-    found = signals(ranking, nb)
-    assert (found.votes, found.nearest, found.agree, found.neighbors) == (3 / 8, 1.0, True, 8)
-    assert found.margin == pytest.approx(0.3) and found.distinct == 3 / 8
-    conf = assess(ranking, nb, bert_available=False)
-    assert conf == Confidence(level(3 / 8), 0.375)
+    found = signals(RANKING, nb, {"a": Coverage(8, 32), "b": Coverage(8, 8)})
+    assert (found.votes, found.neighbors, found.nearest, found.agree) == (3, 8, 1.0, True)
+    assert found.margin == pytest.approx(0.3) and found.distinct == 3 / 8 and found.share == 3 / 8
+    assert (found.contexts, found.coverage, found.partial) == (40, 16 / 40, True)
+    whole = signals(RANKING, nb)  # an eager index: the articles are whole, their size is what was found
+    assert (whole.contexts, whole.coverage, whole.partial) == (8, 1.0, False)
+    assert signals_from_json(json.loads(json.dumps(signals_json(found)))) == found
+
+
+def test_p_is_a_probability_that_grows_with_the_votes() -> None:
+    ps = []
+    for votes in range(1, 20):
+        nb = neighbors([7] * votes + [9] * (20 - votes))
+        conf = assess(RANKING, nb, bert_available=False)
+        assert conf is not None and 0.0 <= conf.p <= 1.0
+        assert (conf.votes, conf.neighbours) == (votes, 20)
+        ps.append(conf.p)
+    assert ps == sorted(ps) and ps[-1] > ps[0]
+
+
+def test_one_neighbour_holding_the_answer_is_never_high() -> None:
+    # Issue 39: "confidence: high (1.00: 1 of 1 neighbours holds ...)" on nearly every starved answer.
+    conf = assess(RANKING, neighbors([7]), bert_available=False)
+    assert conf is not None and conf.level != "high" and conf.p < shipped().high
+    # Even where the fit puts p above "high", one vote is not enough.
+    eager = dataclasses.replace(shipped(), high=0.0, medium=0.0)
+    one = assess(RANKING, neighbors([7, 9, 9]), False, None, eager)
+    two = assess(RANKING, neighbors([7, 7, 9]), False, None, eager)
+    assert (one.level, two.level) == ("medium", "high") and MIN_HIGH_VOTES == 2  # type: ignore[union-attr]
+
+
+def test_a_partial_answer_has_a_lower_p_than_the_same_answer_whole() -> None:
+    nb = neighbors([7] * 6 + [9] * 10)
+    whole = assess(RANKING, nb, False, {"a": Coverage(16, 16)})
+    part = assess(RANKING, nb, False, {"a": Coverage(16, 400)})
+    assert whole is not None and part is not None and part.p < whole.p
 
 
 def test_an_answer_without_neighbours_is_bert_alone_or_no_answer() -> None:
-    ranking = [Prediction("paris", 7, 0.6)]
-    assert assess(ranking, Neighbors.empty(), bert_available=True) == Confidence(level(0.6), 0.6)
+    alone = assess([Prediction("paris", 7, 0.6)], Neighbors.empty(), bert_available=True)
+    assert alone == Confidence("medium" if shipped().medium <= 0.6 else "low", 0.6, 0, 0)
     # No head and no neighbour: the ranking is all zeros, no answer was computed.
     assert assess([Prediction("x", 1, 0.0)], Neighbors.empty(), bert_available=False) is None
+
+
+def test_the_band_never_falls_as_p_rises() -> None:
+    model = shipped()
+    assert 0.0 < model.medium < model.high < 1.0
+    ranks = [LEVELS.index(model.level(float(p), 5)) for p in np.linspace(0.0, 1.0, 201)]
+    assert ranks == sorted(ranks) and set(ranks) == {0, 1, 2}
+
+
+# -- the fit ----------------------------------------------------------------------------------------
+def synthetic(relations: int = 4, per: int = 150, seed: int = 0) -> list[Measured]:
+    """Answers whose chance of being right rises with their votes (a logistic truth)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r in range(relations):
+        for i in range(per):
+            n = int(rng.integers(3, 60))
+            votes = int(rng.integers(1, n + 1))
+            truth = 1 / (1 + math.exp(-(2.0 * math.log1p(votes) - 4.0)))
+            found = Signals(0.3, 0.1, votes, n, votes / n, True, 0.5, 1.0, n, 1.0)
+            rows.append(Measured(f"R{r}/{i}", f"R{r}", found, bool(rng.random() < truth)))
+    return rows
+
+
+def test_logistic_regression_finds_the_weights() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4000, 2))
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(1.5 * x[:, 0] - 0.5)))).astype(float)
+    coef, intercept = logistic(x, y, l2=0.0)
+    assert coef[0] == pytest.approx(1.5, abs=0.15) and abs(coef[1]) < 0.15
+    assert intercept == pytest.approx(-0.5, abs=0.15)
+
+
+def test_each_relation_is_scored_by_a_fit_that_never_saw_it() -> None:
+    rows = synthetic()
+    p = left_out(rows)
+    # Whatever relation R0's answers say, their left-out p stays: no answer of R0 was in their fit.
+    flipped = [dataclasses.replace(r, hit=not r.hit) if r.relation == "R0" else r for r in rows]
+    again = left_out(flipped)
+    mine = np.array([r.relation == "R0" for r in rows])
+    assert np.allclose(p[mine], again[mine]) and not np.allclose(p[~mine], again[~mine])
+
+
+def test_a_fit_of_a_logistic_truth_is_calibrated_on_left_out_relations() -> None:
+    rows = synthetic(relations=5, per=400)
+    model, check = calibrate(rows)
+    head = check["left_out"]
+    assert head["ece"] < 0.05 and head["auroc"] > 0.7 and head["high_on_one_vote"] == 0
+    assert head["bands"]["high"]["P@1"] > 2 * head["bands"]["low"]["P@1"]
+    assert set(check["relations"]) == {f"R{i}" for i in range(5)}
+    assert model.about["relations"] == sorted(check["relations"]) and model.high == check["bands"]["high"]
+    with pytest.raises(ValueError, match="two relations"):
+        calibrate([r for r in rows if r.relation == "R0"])
+
+
+def test_bands_ece_and_auc() -> None:
+    assert choose_bands(np.linspace(0, 1, 101), high_share=0.2, low_share=0.4) == (0.8, 0.4)
+    assert auc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
+    assert auc([0.5, 0.5], [True, False]) == 0.5 and auc([0.5, 0.6], [True, True]) is None
+    p = [0.05] * 100 + [0.95] * 100
+    hits = [i < 5 for i in range(100)] + [i < 95 for i in range(100)]
+    assert ece(p, hits) == pytest.approx(0.0) and ece([0.9] * 10, [False] * 10) == pytest.approx(0.9)
+    assert [(b["answers"], b["low"]) for b in reliability(p, hits)] == [(100, 0.0), (100, 0.9)]
+
+
+def test_a_fit_round_trips_and_a_bad_one_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = fit(synthetic(), bands=(0.3, 0.1), about={"model": "m"})
+    path = model.save(tmp_path / FIT_FILE)
+    assert Fit.read(path) == model and fit_for(tmp_path) == model
+    assert fit_for(tmp_path / "nothing-here") == shipped()
+    path.write_text('{"format": 1, "features": ["votes_of_mars"]}')
+    with pytest.raises(ConfigError, match="no confidence fit"):
+        fit_for(tmp_path)
 
 
 # -- where it shows ----------------------------------------------------------------------------------
 def test_every_answer_has_a_confidence_in_its_json(searcher: Searcher, facts: list[Fact]) -> None:
     questions = [Question(f"{f.person.title()} was born in [MASK].", f.person.title()) for f in facts[:3]]
     for a, s in zip(searcher.answer_batch(questions), searcher.score_batch(questions)):
-        share = float(np.mean(s.neighbors.token_ids == a.bert_knn[0].token_id))
-        assert share > 0  # the subject's own sentence votes for its city
-        assert a.confidence == Confidence(level(share), round(share, 4))
+        votes = int(np.sum(s.neighbors.token_ids == a.bert_knn[0].token_id))
+        assert votes > 0  # the subject's own sentence votes for its city
+        assert a.confidence is not None and (a.confidence.votes, a.confidence.neighbours) == (
+            votes,
+            len(s.neighbors),
+        )
         data = json.loads(to_json(a))
-        assert data["confidence"] == {"level": a.confidence.level, "score": a.confidence.score}
+        assert data["confidence"] == {
+            "level": a.confidence.level,
+            "p": a.confidence.p,
+            "votes": votes,
+            "neighbours": len(s.neighbors),
+        }
         assert answer_from_json(data) == a  # the client reads it back
 
 
@@ -87,54 +216,43 @@ def test_query_prints_the_confidence_in_text_and_json(built_index: Config) -> No
     common = ["Zorblat was born in [MASK].", "--subject", "Zorblat", "--index", str(built_index.index)]
     r = CliRunner().invoke(main, ["query", *common, "--json"], catch_exceptions=False)
     conf = json.loads(r.output)["confidence"]
-    assert set(conf) == {"level", "score"} and conf["level"] in LEVELS
+    assert set(conf) == {"level", "p", "votes", "neighbours"} and conf["level"] in LEVELS
+    assert isinstance(conf["votes"], int) and isinstance(conf["neighbours"], int)
     r = CliRunner().invoke(main, ["query", *common], catch_exceptions=False)
-    assert r.exit_code == 0 and f"confidence: {conf['level']} ({conf['score']:.2f}: " in r.output
-
-
-def test_a_low_confidence_answer_is_marked_and_a_high_one_is_not() -> None:
-    low = render_answer(answer(Confidence("low", 0.05)), 2)
-    assert (
-        "confidence: low (0.05: 1 of 20 neighbours holds 'paris'); a low-confidence answer is mostly" in low
+    said = (
+        f"confidence: {conf['level']} (p {conf['p']:.2f}: {conf['votes']} of {conf['neighbours']} neighbours"
     )
-    high = render_answer(answer(Confidence("high", 0.5)), 2)
-    assert "confidence: high (0.50: 10 of 20 neighbours hold 'paris')\n" in high + "\n"
+    assert r.exit_code == 0 and said in r.output
+
+
+def test_the_text_line_says_p_and_the_votes_and_marks_a_low_answer() -> None:
+    low = render_answer(answer(Confidence("low", 0.03, 1, 20)), 2)
+    assert (
+        "confidence: low (p 0.03: 1 of 20 neighbours holds 'paris'); a low-confidence answer is mostly" in low
+    )
+    high = render_answer(answer(Confidence("high", 0.5, 10, 20)), 2)
+    assert "confidence: high (p 0.50: 10 of 20 neighbours hold 'paris')\n" in high + "\n"
     assert "mostly wrong" not in high
     alone = render_answer(answer(Confidence("medium", 0.2), n=0), 2)
-    assert "confidence: medium (0.20: BERT's top-1 probability; no neighbours)" in alone
+    assert "confidence: medium (p 0.20: BERT's top-1 probability; no neighbours)" in alone
     assert "confidence" not in render_answer(answer(None), 2)
+    part = answer(
+        Confidence("medium", 0.12, 3, 16),
+        articles=[ArticleHit("1", "X", math.inf)],
+        coverage={"1": Coverage(16, 400)},
+    )
+    assert (
+        "confidence: medium (p 0.12: 3 of 16 neighbours hold 'paris'), of part of its articles"
+        in render_answer(part, 2)
+    )
 
 
 def test_a_partial_answer_does_not_promise_that_more_contexts_make_it_better() -> None:
     partial = answer(
-        Confidence("low", 0.05),
+        Confidence("low", 0.05, 1, 20),
         articles=[ArticleHit("1", "Lincoln", math.inf)],
         coverage={"1": Coverage(64, 900)},
     )
     line = render_coverage(partial)
     assert line.startswith("partial answer: contexts encoded so far of 'Lincoln' 64 of 900")
     assert "not always for the better" in line and "encodes more" not in line
-
-
-# -- calibration -------------------------------------------------------------------------------------
-def test_auc_counts_right_answers_ranked_above_wrong_ones() -> None:
-    assert auc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
-    assert auc([0.1, 0.2, 0.9, 0.8], [True, True, False, False]) == 0.0
-    assert auc([0.5, 0.5], [True, False]) == 0.5
-    assert auc([0.5, 0.6], [True, True]) is None
-
-
-def test_bands_are_fitted_where_the_hit_rate_changes() -> None:
-    scores = [i / 100 for i in range(100)]
-    hits = [s >= 0.6 for s in scores]  # right exactly from 0.6 up
-    high, medium = fit(scores, hits, min_share=0.15)
-    table = bands(scores, hits, high, medium)
-    assert table["high"]["P@1"] == 1.0 and table["low"]["P@1"] == 0.0
-    assert sum(row["answers"] for row in table.values()) == 100
-
-
-def test_the_split_is_by_fact_and_the_same_on_every_run() -> None:
-    keys = [f"T-REx/P19/{i}" for i in range(400)]
-    first = [held_out(k) for k in keys]
-    assert first == [held_out(k) for k in keys] and 150 < sum(first) < 250
-    assert calibrate([])["answers"] == {"calibration": 0, "held_out": 0}

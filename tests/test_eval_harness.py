@@ -78,7 +78,7 @@ def test_evaluate_ranks_like_the_searcher(
     rows = [FactResult(f.corpus, f.relation, f.uuid, lines[f.key]["ranks"]) for f in scorable]
     assert result.scores == macro_average(rows)
     assert (result.facts, result.computed) == (20, 20)
-    assert sorted(result.report) == ["json", "markdown", "plot"]
+    assert sorted(result.report) == ["json", "markdown", "plot", "reliability"]
     assert result.report["json"].parent == tmp_path
 
 

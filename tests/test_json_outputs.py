@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from tests.test_cli_eval import write_questions
+from tests.test_cli_eval import write_calibration_questions, write_questions
 from tests.test_docs import commands
 from tests.test_eval_datasets import trex_line, write_jsonl
 
@@ -78,6 +78,21 @@ def cases(
         "eval corpus": (["eval", "corpus", "--lama", str(lama), "--out", str(tmp_path / "c.jsonl")], 1),
         "eval cloze": (["eval", "cloze", "--corpus", str(corpus), "--targets", "2", *on_index], 1),
         "eval ablate": (["eval", "ablate", *asked, "--temperature", "1,6", "--out", str(tmp_path / "ab")], 1),
+        "eval calibrate": (
+            [
+                "eval",
+                "calibrate",
+                "--questions",
+                str(write_calibration_questions(tmp_path / "c.jsonl", facts)),
+                *on_index,
+                "--temperature",
+                "1",
+                "--no-store",
+                "--out",
+                str(tmp_path / "cal"),
+            ],
+            1,
+        ),
     }
 
 

@@ -135,6 +135,85 @@ def eval_run(
         )
 
 
+@eval_group.command("calibrate")
+@dataset_options
+@report_options(
+    "calibrate-out",
+    "Report folder: eval run's answers, the fit and its check; a re-run resumes from it.",
+    "Start over instead of continuing an interrupted run.",
+    "Facts whose IR step finds no article: leave them out, or score them wrong (the reference's way).",
+)
+@click.option(
+    "--store/--no-store",
+    default=True,
+    help="Store the fit with the index (confidence-fit.json in --index), where query, serve and eval read"
+    " it; --no-store only writes it to --out.",
+)
+@no_progress_option
+@json_flag("the fit, its check on left-out relations and where it was stored, as one object on one line")
+@method_options
+@cache_option
+@model_options(new_index=False)
+@index_options
+def eval_calibrate(
+    out: Path,
+    no_resume: bool,
+    no_article: str,
+    store: bool,
+    settings: Path | None,
+    no_progress: bool,
+    as_json: bool,
+    common_vocab: Path | None,
+    **flags: Any,
+) -> None:
+    """Fit each answer's confidence p to this model and index, checked on whole relations left out.
+
+    Answers the facts as eval run does, fits p (a logistic regression on each answer's signals: votes,
+    neighbours, agreement, top-1 probability, coverage), scores every relation's answers with a fit made
+    without that relation, sets the bands on those scores and stores the fit with the index. Writes
+    calibration.md, calibration.json, confidence-fit.json and reliability-left-out.png to --out.
+
+    Example: bertknn-search eval calibrate --lama data/lama --corpora T-REx --index my-index
+    """
+    from bertknn_search.eval.calibration import write_calibration
+    from bertknn_search.eval.datasets import read_common_vocab
+    from bertknn_search.eval.harness import evaluate
+    from bertknn_search.query.confidence import FIT_FILE
+    from bertknn_search.query.search import Searcher
+
+    facts = _facts(flags)
+    config = _exact_unless_budget(session.open_index(flags, settings=settings).config)
+    vocab = read_common_vocab(common_vocab) if common_vocab else None
+    searcher = Searcher.open(config)
+    try:
+        result = evaluate(
+            searcher,
+            facts,
+            config,
+            out,
+            common_vocab=vocab,
+            resume=not no_resume,
+            no_article_wrong=no_article == "wrong",
+            progress=not no_progress,
+        )
+        model = f"{searcher.encoder.model_name} layer {searcher.encoder.layer}"
+    finally:
+        searcher.close()
+    where = Path(config.index) / FIT_FILE if store else None
+    fit, check = write_calibration(result.checkpoint, out, model, where)
+    if as_json:
+        click.echo(
+            json.dumps({"fit": fit.as_json(), "check": check, "stored": str(where) if where else None})
+        )
+        return
+    click.echo((out / "calibration.md").read_text(encoding="utf-8"))
+    head, bands = check["left_out"], check["bands"]
+    click.echo(
+        f"left-out relations: AUROC {head['auroc']}, ECE {head['ece']}; bands high p >= {bands['high']},"
+        f" medium p >= {bands['medium']}; fit {'stored in ' + str(where) if where else 'in ' + str(out)}"
+    )
+
+
 @eval_group.command("compare")
 @click.argument(
     "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)

@@ -17,7 +17,7 @@ from bertknn_search.backends.base import Backend
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import MASK, Encoder
 from bertknn_search.errors import ConfigError, IndexMismatchError, QuestionError
-from bertknn_search.query.confidence import assess
+from bertknn_search.query.confidence import assess, fit_for
 from bertknn_search.query.evidence import with_evidence
 from bertknn_search.query.evidence_words import checked_words
 from bertknn_search.query.gates import confidence, decide, log_popularity
@@ -102,6 +102,8 @@ class Searcher:
         self.hooks = EncodeHooks()
         # The pieces behind each key of a word of several wordpieces (see values.py): shared keys are refused.
         self.word_keys = WordKeys()
+        # p of an answer's confidence: the fit ``eval calibrate`` stored with the index, else the shipped one.
+        self.confidence_fit = fit_for(config.index)
 
     @classmethod
     def open(cls, config: Config) -> Searcher:
@@ -285,7 +287,9 @@ class Searcher:
                 bert_available=s.p_bert is not None,
                 gate=s.gate,
                 coverage=s.coverage,
-                confidence=assess(ranking, s.neighbors, s.p_bert is not None),
+                confidence=assess(
+                    ranking, s.neighbors, s.p_bert is not None, s.coverage, self.confidence_fit
+                ),
             )
             cfg = self.config
             answer = with_evidence(
