@@ -40,14 +40,11 @@ def test_start_prints_one_ready_line_and_sigterm_stops_every_node(
         stderr=subprocess.PIPE,
         text=True,
     )
-    started = time.monotonic()
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        ready_s = time.monotonic() - started
+        line = proc.stdout.readline()  # how long it takes is docs/engines.md's (no timed tests)
         title = engine(name).label
         assert line == f"ready: http://127.0.0.1:{port} ({title}, 1 node)\n", proc.stderr
-        assert ready_s < 120  # the target is 60 s on these machines; CI load gets slack
         taken = run("engine", "start", name, "--port", str(port), "--data", str(tmp_path / "second"))
         assert taken.returncode == 1
         assert taken.stderr.strip().splitlines()[-1] == (
