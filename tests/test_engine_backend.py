@@ -8,6 +8,7 @@ real clusters are in ``test_engine_faults.py``; exactness in ``test_engine_exact
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -24,6 +25,7 @@ from bertknn_search.backends.engines import client as engine_client
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.backends.engines.client import RetryPolicy
 from bertknn_search.backends.engines.opensearch import OpenSearchDialect
+from bertknn_search.backends.engines.reads import STATE_FIELDS
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, IndexCorruptError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
@@ -440,6 +442,16 @@ def knn_hit(article_id: str, d2: float, sentence: int, start: int, token: int, g
     return {"_score": float(np.float32(1 / (1 + d2))), "_source": source}
 
 
+def counted(hits: list[dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:
+    """A kNN answer with the per-generation counts ``bodies.knn_extras`` asks for."""
+    buckets = [{"key": g, "doc_count": n} for g, n in counts.items()]
+    return {"hits": {"hits": hits}, "aggregations": {bodies.GENERATION_COUNTS: {"buckets": buckets}}}
+
+
+def whole_doc(fingerprint: str, n: int, title: str = "T") -> dict[str, Any]:
+    return {"title": title, "fingerprint": fingerprint, "encoded": f"1:{fingerprint}", "n_contexts": n}
+
+
 def test_knn_filters_on_the_generations_of_the_article_docs(mocked: EngineBackend) -> None:
     mocked.client.mget.return_value = mget_response({"1": "a1", "3": "a3"})
     mocked.client.search.return_value = {
@@ -447,14 +459,14 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: EngineBacken
     }
     query = np.arange(8, dtype=np.float32)
     got = mocked.knn(query, 2, ["3", "1", "404", "1"])
-    # Read before the search and again after it, to see that no article changed meanwhile.
-    assert mocked.client.mget.call_count == 2
-    mocked.client.mget.assert_called_with(
-        index="bk-articles", body={"ids": ["1", "3", "404"]}, _source_includes=["fingerprint"], realtime=False
+    # Articles no IR answer returned: their docs are read once, before the search.
+    mocked.client.mget.assert_called_once_with(
+        index="bk-articles", body={"ids": ["1", "3", "404"]}, _source_includes=STATE_FIELDS, realtime=False
     )
+    gens = ["1:a1", "3:a3"]
     mocked.client.search.assert_called_once_with(
         index="bk-contexts",
-        body=mocked.dialect.knn_exact_body(query, 2, ["1:a1", "3:a3"]),
+        body=bodies.knn_extras(mocked.dialect.knn_exact_body(query, 2, gens), gens, keys=False),
         allow_partial_search_results=False,  # every shard answers, or the search is refused and retried
     )
     assert got.article_ids == ["3", "1"]
@@ -462,33 +474,36 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: EngineBacken
     assert got.token_ids.tolist() == [7, 8]
 
 
-def test_knn_after_ir_filters_on_the_generations_ir_read(mocked: EngineBackend) -> None:
-    found = {"_id": "1", "_score": 2.0, "_source": {"title": "Zorbland", "fingerprint": "a1"}}
+def test_a_warm_question_reads_nothing_besides_its_two_searches(mocked: EngineBackend) -> None:
+    found = {"_id": "1", "_score": 2.0, "_source": whole_doc("a1", 1, "Zorbland")}
     mocked.client.search.side_effect = [
         {"hits": {"hits": [found]}},
-        {"hits": {"hits": [knn_hit("1", 0.5, 0, 0, 7, "1:a1")]}},
+        counted([knn_hit("1", 0.5, 0, 0, 7, "1:a1")], {"1:a1": 1}),
     ]
-    mocked.client.mget.return_value = mget_response({"1": "a1"})
     assert [h.id for h in mocked.search_articles("Zorbland", 3)] == ["1"]
     got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
-    # One read of the article docs, after the search, to check no add replaced them meanwhile.
-    assert mocked.client.mget.call_count == 1
+    assert mocked.titles(["1"]) == {"1": "Zorbland"}
+    mocked.client.mget.assert_not_called()  # generations, counts and titles came with the IR answer
     sent = mocked.client.search.call_args.kwargs["body"]
     assert sent["query"]["script_score"]["query"]["bool"]["filter"] == [{"terms": {"generation": ["1:a1"]}}]
     assert got.token_ids.tolist() == [7]
+    # The sentences: read once for the generation, then kept.
+    mocked.client.mget.return_value = {
+        "docs": [{"_id": "1", "found": True, "_source": {"fingerprint": "a1", "sentences": ["Zorbland is."]}}]
+    }
+    assert mocked.sentences([("1", 0)]) == mocked.sentences([("1", 0), ("1", 3)])[:1] == ["Zorbland is."]
+    assert mocked.client.mget.call_count == 1
 
 
 @pytest.mark.reliability
 def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: EngineBackend) -> None:
-    # Read "1:a1", search (an add deletes 1:a1 meanwhile: nothing found), read "1:b1", search again.
-    mocked.client.mget.side_effect = [
-        mget_response({"1": "a1"}),
-        mget_response({"1": "b1"}),
-        mget_response({"1": "b1"}),
-    ]
+    # The IR answer named "1:a1" with 2 contexts; an add replaces it and deletes 1:a1 while the kNN
+    # search runs: it counts 0 of them, reads the doc ("1:b1") and searches again.
+    mocked._cache.record([("1", whole_doc("a1", 2))])
+    mocked.client.mget.side_effect = [mget_response({"1": "b1"})]
     mocked.client.search.side_effect = [
-        {"hits": {"hits": []}},
-        {"hits": {"hits": [knn_hit("1", 0.5, 0, 0, 7, "1:b1")]}},
+        counted([], {}),
+        counted([knn_hit("1", 0.5, 0, 0, 7, "1:b1")], {}),
     ]
     got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
     bodies_sent = [c.kwargs["body"] for c in mocked.client.search.call_args_list]
@@ -499,14 +514,38 @@ def test_knn_searches_again_when_an_article_was_replaced_meanwhile(mocked: Engin
     assert got.token_ids.tolist() == [7]
 
 
+def test_knn_with_a_generation_whole_needs_no_second_read(mocked: EngineBackend) -> None:
+    mocked._cache.record([("1", whole_doc("a1", 2))])
+    mocked.client.search.return_value = counted([knn_hit("1", 0.5, 0, 0, 7, "1:a1")], {"1:a1": 2})
+    assert mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"]).token_ids.tolist() == [7]
+    mocked.client.mget.assert_not_called()
+    assert mocked.client.search.call_count == 1
+
+
 def test_knn_replaced_on_every_try_keeps_what_it_searched(mocked: EngineBackend) -> None:
-    mocked.client.mget.side_effect = [mget_response({"1": f"g{i}"}) for i in range(7)]
+    docs = [{"docs": [{"_id": "1", "found": True, "_source": whole_doc(f"g{i}", 5)}]} for i in range(1, 7)]
+    mocked.client.mget.side_effect = docs
     mocked.client.search.side_effect = [
-        {"hits": {"hits": [knn_hit("1", 0.5, 0, 0, 7, f"1:g{i}")]}} for i in range(3)
+        counted([knn_hit("1", 0.5, 0, 0, 7, f"1:g{i}")], {}) for i in range(3)
     ]
+    mocked._cache.record([("1", whole_doc("g0", 5))])
     got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
     assert mocked.client.search.call_count == 3
     assert got.token_ids.tolist() == [7]  # the hits of the last search, under the generation it asked for
+
+
+def test_knn_hits_carry_their_stored_keys(mocked: EngineBackend) -> None:
+    mocked._has_key = True
+    mocked._cache.record([("1", whole_doc("a1", 1))])
+    key = np.linspace(-1, 1, 8).astype(np.float16)
+    hit = knn_hit("1", 0.5, 0, 0, 7, "1:a1") | {
+        "fields": {"key": [base64.b64encode(key.tobytes()).decode().rstrip("=")]}  # OpenSearch: no padding
+    }
+    mocked.client.search.return_value = counted([hit], {"1:a1": 1})
+    got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
+    assert mocked.client.search.call_args.kwargs["body"]["docvalue_fields"] == ["key"]
+    assert got.vectors is not None
+    np.testing.assert_array_equal(got.vectors, key.astype(np.float32)[None, :])
 
 
 def test_knn_with_no_known_article_asks_nothing(mocked: EngineBackend) -> None:
@@ -516,6 +555,7 @@ def test_knn_with_no_known_article_asks_nothing(mocked: EngineBackend) -> None:
 
 
 def test_knn_without_ir_is_approximate_and_drops_stale_generations(mocked: EngineBackend) -> None:
+    mocked._has_graph = True  # an index made for the no-IR search
     mocked.client.search.return_value = {
         "hits": {"hits": [knn_hit("1", 0.1, 0, 0, 5, "1:old"), knn_hit("1", 0.3, 0, 3, 6, "1:a1")]}
     }
@@ -525,6 +565,14 @@ def test_knn_without_ir_is_approximate_and_drops_stale_generations(mocked: Engin
         "knn": {"vector": {"vector": [0.0] * 8, "k": 2}}
     }
     assert got.token_ids.tolist() == [6]
+
+
+def test_knn_without_ir_and_without_a_graph_is_exact_over_every_context(mocked: EngineBackend) -> None:
+    mocked.client.search.return_value = {"hits": {"hits": [knn_hit("1", 0.3, 0, 3, 6, "1:a1")]}}
+    mocked.client.mget.return_value = mget_response({"1": "a1"})
+    assert mocked.knn(np.zeros(8), 2).token_ids.tolist() == [6]
+    sent = mocked.client.search.call_args.kwargs["body"]["query"]["script_score"]
+    assert sent["query"] == {"match_all": {}} and sent["script"]["source"] == "knn_score"
 
 
 @pytest.mark.reliability
@@ -694,7 +742,10 @@ def test_bulk_500_then_success_is_retried(mocked: EngineBackend) -> None:
     assert sent[0] == sent[1]
     assert '"_id":"1:a1:0"' in sent[1]
     assert sent[2].startswith('{"index":{"_id":"1","_index":"bk-articles"}}\n{"id":"1",')
-    assert sent[3] == '{"update":{"_id":"1","_index":"bk-articles"}}\n{"doc":{"settled":true}}\n'
+    # The terms again: the doc is re-indexed from its _source, which does not keep them.
+    action, doc = sent[3].strip().split("\n")
+    assert action.startswith('{"update":{"_id":"1","_index":"bk-articles"')
+    assert doc == '{"doc":{"settled":true,"terms":"zorbland zorbland is a country its capital is quimby"}}'
     scanned = mocked.client.search.call_args.kwargs
     assert scanned["index"] == "bk-contexts"
     assert scanned["body"]["query"] == bodies.stale_contexts_query([ARTICLES[0]])["query"]

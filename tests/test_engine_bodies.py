@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from bertknn_search.backends.engines.client import bulk_error_message, describe,
 from bertknn_search.backends.engines.dialect import public_url
 from bertknn_search.backends.engines.elasticsearch import ElasticsearchDialect
 from bertknn_search.backends.engines.opensearch import OpenSearchDialect
+from bertknn_search.backends.engines.reads import STATE_FIELDS, stored_sentences
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError, IndexCorruptError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
@@ -64,19 +66,17 @@ def create_bodies(meta: IndexMeta) -> dict:
 
 def test_create_bodies_fill_dimension_and_meta() -> None:
     made = create_bodies(META)
-    # The lucene engine: pure Java, so it runs where the k-NN plugin's native faiss library is missing.
-    assert made["contexts"]["mappings"]["properties"]["vector"] == {
-        "type": "knn_vector",
-        "dimension": 8,
-        "method": {
-            "name": "hnsw",
-            "space_type": "l2",
-            "engine": "lucene",
-            "parameters": {"m": 16, "ef_construction": 128},
-        },
+    # No HNSW graph: the score script reads the vectors' doc values, and only the no-IR search could
+    # use a graph (its build and memory are paid by every write).
+    assert made["contexts"]["mappings"]["properties"]["vector"] == {"type": "knn_vector", "dimension": 8}
+    assert made["contexts"]["settings"] == {"index": {"knn": False}}
+    # The vector and its stored key are doc values only; the terms are indexed only.
+    assert made["contexts"]["mappings"]["_source"] == {"excludes": ["vector", "key"]}
+    assert made["contexts"]["mappings"]["properties"]["key"] == {"type": "binary", "doc_values": True}
+    assert made["articles"]["mappings"]["_source"] == {"excludes": ["terms"]}
+    assert ELASTICSEARCH.create_bodies({}, 8)["articles"]["mappings"]["_source"] == {
+        "excludes": ["terms", "bigrams"]
     }
-    assert made["contexts"]["settings"] == {"index": {"knn": True, "knn.algo_param.ef_search": 256}}
-    assert made["contexts"]["mappings"]["_source"] == {"excludes": ["vector"]}
     assert made["articles"]["mappings"]["_meta"] == META_DOC
     assert made["contexts"]["mappings"]["_meta"] == META_DOC
     # The shipped file keeps its placeholder: every create starts from a fresh copy.
@@ -272,6 +272,75 @@ def test_a_lazy_article_doc_holds_its_text_and_no_contexts() -> None:
     assert (source["text"], source["n_contexts"], source["sentences"]) == (item.article.text, 0, [])
     assert "encoded" not in source  # the first query that needs it encodes it
     assert list(bodies.context_actions(item, "bk-contexts", "float16")) == []
+    assert "sentences" not in bodies.article_action(item, "bk-articles", spans=True)["_source"]
+
+
+TEXT = "Zorbland is a country.  Its capital is Quimby.\n\nIt has a river."
+SENTENCES = ["Zorbland is a country.", "Its capital is Quimby.", "It has a river."]
+
+
+def test_sentences_are_stored_once_as_offsets_into_the_text() -> None:
+    item = EncodedArticle(
+        Article("9", "Zorbland", TEXT), replace(encoded().contexts, sentences=SENTENCES), "fp"
+    )
+    source = bodies.article_action(item, "bk-articles", spans=True)["_source"]
+    assert source["text"] == TEXT and source["sentences"] is None  # no second copy of the text
+    assert len(base64.b64decode(source["spans"])) == 8 * len(SENTENCES)
+    assert stored_sentences(source) == SENTENCES
+    # A sentence the splitter changed (not found in the text in order): the list itself, as before.
+    fallback = bodies.sentence_fields(["Zorbland is a country.", "Quimby is not here."], TEXT)
+    assert fallback == {"sentences": ["Zorbland is a country.", "Quimby is not here."], "spans": None}
+    assert stored_sentences({"text": TEXT, **fallback}) == fallback["sentences"]
+    # Older indices (no spans field) keep the list: nothing is sent they would refuse.
+    assert "spans" not in bodies.article_action(item, "bk-articles")["_source"]
+
+
+def test_updates_send_the_terms_again() -> None:
+    # An update re-indexes the doc from _source, which keeps no terms: without them the article would
+    # drop out of BM25 (tests/test_engine_requests.py checks it on the real engines).
+    item = encoded()
+    doc = bodies.update_action(item.article, "bk-articles", {"settled": True}, ELASTICSEARCH.article_fields)
+    assert doc["doc"]["settled"] is True
+    assert doc["doc"]["terms"] == "cafe noir cafe noir is a jazz club in lyon"
+    assert doc["doc"]["bigrams"].split()[:2] == ["cafe_noir", "noir_cafe"]
+
+
+def test_context_actions_carry_the_stored_key_when_the_index_has_the_field() -> None:
+    item = encoded()
+    for dtype in ("float16", "int8"):
+        sent = list(bodies.context_actions(item, "c", dtype, keys=True))
+        blob = codec.encode(item.contexts.vectors, dtype)
+        keys = [base64.b64decode(a["_source"]["key"]) for a in sent]
+        stored = np.concatenate([codec.decode(k, 1, 8, dtype) for k in keys])
+        np.testing.assert_array_equal(stored, codec.decode(blob, 2, 8, dtype))
+    assert "key" not in next(bodies.context_actions(item, "c", "float16"))["_source"]
+
+
+def test_knn_extras_count_generations_over_every_match_on_both_engines() -> None:
+    vector = np.zeros(8, dtype=np.float32)
+    gens = ["1:a", "2:b"]
+    os_body = bodies.knn_extras(OPENSEARCH.knn_exact_body(vector, 4, gens), gens, keys=True)
+    es_body = bodies.knn_extras(ELASTICSEARCH.knn_exact_body(vector, 4, gens), gens, keys=True)
+    count = {"terms": {"field": "generation", "size": 2}}
+    assert os_body["aggs"] == es_body["aggs"] == {bodies.GENERATION_COUNTS: count}
+    assert os_body["docvalue_fields"] == es_body["docvalue_fields"] == ["key"]
+    # OpenSearch's score script already runs over the filter; Elasticsearch's knn aggregates its own
+    # top hits only, so the filter is given as the query too (its matches score 0).
+    assert os_body["query"] == OPENSEARCH.knn_exact_body(vector, 4, gens)["query"]
+    assert es_body["query"] == {"bool": {"filter": [{"terms": {"generation": gens}}]}}
+    response = {
+        "hits": {
+            "hits": [
+                {"_score": 0.5, "_source": {"article_id": "1", "generation": "1:a", "token_id": 3,
+                                            "sentence_id": 0, "start": 0, "end": 2}},
+                {"_score": 0.0, "_source": {"article_id": "2", "generation": "2:b", "token_id": 4,
+                                            "sentence_id": 0, "start": 0, "end": 2}},
+            ]
+        },
+        "aggregations": {bodies.GENERATION_COUNTS: {"buckets": [{"key": "1:a", "doc_count": 7}]}},
+    }  # fmt: skip
+    assert bodies.generation_counts(response) == {"1:a": 7}
+    assert bodies.parse_neighbors(response, 4).token_ids.tolist() == [3]  # the query's match is no neighbour
 
 
 def test_stale_contexts_query_keeps_only_new_generations() -> None:
@@ -298,7 +367,8 @@ def test_search_body_matches_unigrams_and_bigrams() -> None:
             }
         },
         "sort": [{"_score": "desc"}, {"id": "asc"}],
-        "_source": ["title", "fingerprint"],  # the kNN step's first filter, without another request
+        # The question's next steps (coverage, the kNN filter, titles) without another request.
+        "_source": STATE_FIELDS,
     }
     assert bodies.search_body("the of and", 3) is None
 
@@ -309,7 +379,7 @@ def test_title_body() -> None:
         "query": {"term": {"title.key": "café noir"}},
         "sort": [{"id": "asc"}],
         # The adaptive-retrieval gate reads the subject's popularity; the kNN step the generation.
-        "_source": ["title", "popularity", "fingerprint"],
+        "_source": STATE_FIELDS,
     }
 
 

@@ -22,6 +22,13 @@ from bertknn_search.backends.engines import bodies, dialect_for
 from bertknn_search.backends.engines.client import RetryPolicy, bulk_error_message, call, connect
 from bertknn_search.backends.engines.contexts import EngineContextSide
 from bertknn_search.backends.engines.dialect import Dialect, public_url, whole_answer
+from bertknn_search.backends.engines.reads import (
+    SENTENCE_FIELDS,
+    STATE_FIELDS,
+    ArticleCache,
+    ArticleState,
+    stored_sentences,
+)
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import (
@@ -35,7 +42,6 @@ from bertknn_search.records import (
 T = TypeVar("T")
 BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
 MGET_CHUNK = 1000
-SEEN_MAX = 4096  # generations remembered from IR answers (see EngineBackend._seen)
 GENERATION_RETRIES = 3  # searches of one kNN query while the articles it searches are being replaced
 # While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete); put
 # back by close(). Replicas stay: an add that dropped them would lose its shards with the first node
@@ -59,9 +65,13 @@ class EngineBackend(EngineContextSide):
         self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
         self._has_popularity = False  # in the articles mapping (read at open; older indexes lack it)
         self._has_parts = False  # the part fields likewise
-        # Article id -> the generation its doc named in the last IR answers: the kNN step that follows
-        # filters on it without reading the docs first (it still checks them after its search).
-        self._seen: dict[str, str] = {}
+        # What the last searches said of their articles (generation, title, coverage) and the sentences
+        # read: a warm question asks the engine for its IR answer and its kNN search, nothing else.
+        self._cache = ArticleCache()
+        self._has_key = False  # the contexts carry their stored key as doc values (older indexes: no)
+        self._has_spans = False  # the articles keep sentences as offsets into their text (likewise)
+        self._has_graph = False  # an HNSW graph for the no-IR search (OpenSearch indexes made before)
+        self._neighbour_articles: list[str] = []  # of the last kNN answer: their sentences come next
 
     @property
     def name(self) -> str:
@@ -130,6 +140,10 @@ class EngineBackend(EngineContextSide):
         backend = cls(client, config, bodies.meta_from_mappings(dict(response), names, where), engine)
         articles = response[names["articles"]].get("mappings", {}).get("properties", {})
         backend._has_popularity = "popularity" in articles
+        backend._has_spans = "spans" in articles
+        contexts = response[names["contexts"]].get("mappings", {}).get("properties", {})
+        backend._has_key = "key" in contexts
+        backend._has_graph = "method" in contexts.get("vector", {})
         backend._has_parts = "partial" in articles
         return backend
 
@@ -163,19 +177,26 @@ class EngineBackend(EngineContextSide):
         self._enter_bulk_mode()
         contexts, articles = self.names["contexts"], self.names["articles"]
         dtype = self._meta.store_dtype
+        keys, spans = self._has_key, self._has_spans
+        self._cache.forget(i.article.id for i in latest)
         self._bulk(
-            "write contexts", lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype))
+            "write contexts",
+            lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype, keys)),
         )
         self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
         # Only now do article docs point readers at the new generation, whose contexts are all searchable.
         extra = self.dialect.article_fields
-        self._bulk("write articles", lambda: (bodies.article_action(i, articles, extra) for i in latest))
+        self._bulk(
+            "write articles", lambda: (bodies.article_action(i, articles, extra, spans) for i in latest)
+        )
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
         # A failure here leaves the new articles visible and settled False: the next run of the add
         # redoes them and removes the leftovers.
         self._delete_where("delete replaced contexts", contexts, bodies.stale_contexts_query(latest))
         # Settled: a resumed ingest may skip these articles now (it redoes unsettled ones).
-        self._bulk("mark articles settled", lambda: (bodies.settle_action(i, articles) for i in latest))
+        self._bulk(
+            "mark articles settled", lambda: (bodies.settle_action(i, articles, extra) for i in latest)
+        )
 
     def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
         """Nothing to hold: each ``add_articles`` already sends bulk requests and refreshes once."""
@@ -192,6 +213,7 @@ class EngineBackend(EngineContextSide):
             BackendError: the cluster rejected the deletes or stayed unreachable after retries.
         """
         ids = sorted(set(article_ids))
+        self._cache.forget(ids)
         stored = sorted(self._mget(ids, ["fingerprint"], realtime=True)) if ids else []
         articles, contexts = self.names["articles"], self.names["contexts"]
         if stored:
@@ -317,41 +339,55 @@ class EngineBackend(EngineContextSide):
         return bodies.parse_articles(response)
 
     def _remember(self, response: dict[str, Any]) -> None:
-        if len(self._seen) > SEEN_MAX:
-            self._seen = {}
-        for hit in response["hits"]["hits"]:
-            fingerprint = hit["_source"].get("fingerprint")
-            if fingerprint is not None:
-                self._seen[hit["_id"]] = bodies.generation(hit["_id"], fingerprint)
+        self._cache.record((hit["_id"], hit["_source"]) for hit in response["hits"]["hits"])
 
     def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
-        """Exact k nearest contexts (squared L2) inside ``article_ids``, by the k-NN score script.
+        """Exact k nearest contexts (squared L2) inside ``article_ids``, with their stored keys.
 
-        ``article_ids=None`` (no-IR mode) uses the approximate HNSW ``knn`` query over every context;
-        hits from a generation no article doc names (an add that died half-way) are dropped, so fewer
-        than ``k`` may come back until that article is added again.
+        The generations to filter on are those the last IR answer named (read from the article docs
+        only for articles it did not return). The search counts each generation's contexts too: one
+        with fewer than its doc said was being replaced while searched, and the docs are read again and
+        the search repeated (``bodies.knn_extras``).
+
+        ``article_ids=None`` (no-IR mode) searches every context: approximately through an HNSW graph
+        where the index has one, else exactly by brute force; hits from a generation no article doc
+        names (an add that died half-way) are dropped, so fewer than ``k`` may come back until that
+        article is added again.
         """
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if article_ids is None:
-            response = self._search_contexts(self.dialect.knn_approx_body(query, k))
+            body = self.dialect.knn_approx_body(query, k, self._has_graph)
+            response = self._search_contexts(body | ({"docvalue_fields": ["key"]} if self._has_key else {}))
             found = sorted({h["_source"]["article_id"] for h in response["hits"]["hits"]})
-            return bodies.parse_neighbors(response, k, set(self._generations(found).values()))
+            current = {s.generation for s in self._read_states(found).values()}
+            return self._neighbors(response, k, current)
         ids = sorted(set(article_ids))
-        seen = self._seen
-        known = all(aid in seen for aid in ids)
-        generations = {aid: seen[aid] for aid in ids} if known else self._generations(ids)
+        known = {aid: self._cache.state(aid) for aid in ids}
+        states = {a: s for a, s in known.items() if s is not None}
+        if len(states) < len(ids):
+            states = self._read_states(ids)
         for _ in range(GENERATION_RETRIES):
-            if not generations:
+            if not states:
                 return Neighbors.empty()
-            searched = set(generations.values())
-            response = self._search_contexts(self.dialect.knn_exact_body(query, k, sorted(searched)))
+            searched = {s.generation for s in states.values()}
+            body = self.dialect.knn_exact_body(query, k, sorted(searched))
+            response = self._search_contexts(bodies.knn_extras(body, sorted(searched), self._has_key))
+            counts = bodies.generation_counts(response) or {}
+            expected = [(s.generation, s.contexts()) for s in states.values()]
+            if all(n is not None and counts.get(g, 0) >= n for g, n in expected):
+                break  # every generation searched was there whole
             # An add replaces an article doc first and deletes the old contexts after: if no article
             # changed while we searched, the generations we filtered on were all there, whole.
-            generations = self._generations(ids)
-            if set(generations.values()) == searched:
+            states = self._read_states(ids)
+            if {s.generation for s in states.values()} == searched:
                 break
         # Out of retries (an article replaced on every try): the last search's own generations.
-        return bodies.parse_neighbors(response, k, searched)
+        return self._neighbors(response, k, searched)
+
+    def _neighbors(self, response: dict[str, Any], k: int, current: set[str]) -> Neighbors:
+        found = bodies.parse_neighbors(response, k, current, self._meta)
+        self._neighbour_articles = list(dict.fromkeys(found.article_ids))
+        return found
 
     def _search_contexts(self, body: dict[str, Any]) -> dict[str, Any]:
         return self._search("search contexts", "contexts", body)
@@ -374,19 +410,46 @@ class EngineBackend(EngineContextSide):
 
         return self._call(what, search)
 
-    def _generations(self, article_ids: Sequence[str]) -> dict[str, str]:
-        # realtime=False reads the refreshed view, the same one the context search sees.
-        docs = self._mget(article_ids, ["fingerprint"], realtime=False)
-        return {aid: bodies.generation(aid, src["fingerprint"]) for aid, src in docs.items()}
+    def _read_states(self, article_ids: Sequence[str]) -> dict[str, ArticleState]:
+        """The article docs' states, read (and kept), for articles the last IR answer did not return.
+
+        realtime=False reads the refreshed view, the same one the context search sees.
+        """
+        docs = self._mget(article_ids, STATE_FIELDS, realtime=False)
+        self._cache.record(docs.items())
+        return {aid: state for aid in docs if (state := self._cache.state(aid)) is not None}
 
     def sentences(self, refs: Sequence[tuple[str, int]]) -> list[str]:
-        docs = self._mget(sorted({aid for aid, _ in refs}), ["sentences"], realtime=False)
-        texts = {aid: src.get("sentences") or [] for aid, src in docs.items()}
+        """The sentences ``refs`` name, each article's read once per generation and kept.
+
+        An article's generation is the one its last search or read named (the one its neighbours came
+        from); the sentences of every article of the last kNN answer are read with the first miss.
+        """
+        texts: dict[str, list[str]] = {}
+        wanted = list(dict.fromkeys(aid for aid, _ in refs))
+        missing = []
+        for aid in dict.fromkeys([*wanted, *self._neighbour_articles]):
+            state = self._cache.state(aid)
+            found = None if state is None else self._cache.sentences(aid, state.generation)
+            if found is not None:
+                texts[aid] = found
+            elif aid in wanted or missing:
+                missing.append(aid)
+        if any(aid not in texts for aid in wanted):
+            for aid, src in self._mget(missing, SENTENCE_FIELDS, realtime=False).items():
+                texts[aid] = stored_sentences(src)
+                if texts[aid]:  # none before the article is encoded: read again once it is
+                    self._cache.keep_sentences(aid, bodies.generation(aid, src["fingerprint"]), texts[aid])
         return [texts[aid][i] if aid in texts and 0 <= i < len(texts[aid]) else "" for aid, i in refs]
 
     def titles(self, article_ids: Sequence[str]) -> dict[str, str]:
-        docs = self._mget(list(dict.fromkeys(article_ids)), ["title"], realtime=False)
-        return {aid: src["title"] for aid, src in docs.items()}
+        """Titles as the last search or read of each article gave them; the others read."""
+        ids = list(dict.fromkeys(article_ids))
+        out = {aid: state.title for aid in ids if (state := self._cache.state(aid)) is not None}
+        unknown = [aid for aid in ids if aid not in out]
+        if unknown:
+            out |= {aid: src["title"] for aid, src in self._mget(unknown, ["title"], realtime=False).items()}
+        return out
 
     def _mget(self, ids: Sequence[str], source: list[str], realtime: bool) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}

@@ -16,6 +16,7 @@ import numpy as np
 
 from bertknn_search.backends import codec
 from bertknn_search.backends.base import text_fits_fingerprint
+from bertknn_search.backends.engines.reads import STATE_FIELDS, generation, sentence_spans, unpadded_b64
 from bertknn_search.errors import IndexCorruptError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta, Neighbors
 from bertknn_search.terms import document_text, query_terms, tokenize
@@ -120,11 +121,6 @@ def stored_article(article_id: str, source: dict[str, Any], meta: IndexMeta, whe
     return article
 
 
-def generation(article_id: str, fingerprint: str) -> str:
-    """The generation tag of an article's contexts: readers only see the one its article doc names."""
-    return f"{article_id}:{fingerprint}"
-
-
 def stored_vectors(vectors: np.ndarray, store_dtype: str) -> np.ndarray:
     """(n, dim) float32: the values the embedded backend decodes from its store, so both compute alike."""
     n, dim = vectors.shape
@@ -132,15 +128,19 @@ def stored_vectors(vectors: np.ndarray, store_dtype: str) -> np.ndarray:
 
 
 def article_action(
-    item: EncodedArticle, index: str, extra: Callable[[list[str]], dict[str, Any]] | None = None
+    item: EncodedArticle,
+    index: str,
+    extra: Callable[[list[str]], dict[str, Any]] | None = None,
+    spans: bool = False,
 ) -> dict[str, Any]:
     """The bulk action writing an article doc (``_id`` = article id, so a re-write replaces it).
 
     Args:
         extra: the dialect's own fields of the doc, from its IR terms (``Dialect.article_fields``).
+        spans: the index stores sentences as offsets into the text (``spans``, made since the field
+            exists); else as a list of their own (older indices: eager ones kept no text).
     """
     art, block = item.article, item.contexts
-    terms = tokenize(document_text(art.title, art.text))
     source = {
         "id": art.id,
         "title": art.title,
@@ -148,31 +148,56 @@ def article_action(
         # False until the article's replaced contexts are deleted; resume redoes unsettled articles.
         "settled": False,
         "n_chars": len(art.text),
-        # Pre-tokenised with the shared terms: the index only splits on whitespace.
-        "terms": " ".join(terms),
-        **(extra(terms) if extra else {}),
+        **ir_fields(art, extra),
     }
     if art.popularity is not None:
         source["popularity"] = art.popularity
     if block is None:  # a lazy index: the text waits for the first query that needs its contexts
-        source.update(n_sentences=0, n_contexts=0, sentences=[], text=art.text)
+        source.update(n_sentences=0, n_contexts=0, text=art.text)
+        if not spans:
+            source["sentences"] = []
     else:
-        source.update(encoded_fields(art.id, item.fingerprint, block))
+        source.update(encoded_fields(art.id, item.fingerprint, block, art.text if spans else None))
+        if spans:
+            source["text"] = art.text
     return {"_op_type": "index", "_index": index, "_id": art.id, "_source": source}
 
 
-def encoded_fields(article_id: str, fingerprint: str, block: ContextBlock) -> dict[str, Any]:
+def ir_fields(article: Article, extra: Callable[[list[str]], dict[str, Any]] | None) -> dict[str, Any]:
+    """The fields the engine indexes for BM25: the shared terms, pre-tokenised (the index only splits on
+    whitespace), and the dialect's own. Indexed, not kept in ``_source`` (new indices): every partial
+    update of an article doc must send them again, or the engine re-indexes the doc without them."""
+    terms = tokenize(document_text(article.title, article.text))
+    return {"terms": " ".join(terms), **(extra(terms) if extra else {})}
+
+
+def encoded_fields(
+    article_id: str, fingerprint: str, block: ContextBlock, text: str | None = None
+) -> dict[str, Any]:
     """Article-doc fields that describe its stored contexts; ``encoded`` names their generation.
 
     A generation, not a flag: fields written for a text that was replaced meanwhile name a generation
     the article no longer has, so the article still counts as not encoded.
+
+    Args:
+        text: the article's text where the index stores sentences as offsets into it (see
+            ``sentence_fields``); None: as a list.
     """
     return {
         "encoded": generation(article_id, fingerprint),
         "n_sentences": len(block.sentences),
         "n_contexts": len(block),
-        "sentences": list(block.sentences),
+        **sentence_fields(block.sentences, text),
     }
+
+
+def sentence_fields(sentences: Sequence[str], text: str | None) -> dict[str, Any]:
+    """An article's sentences as its doc stores them: offsets into ``text`` (``spans``), or the list
+    itself where there is no text to point into or a sentence is not found in it in order."""
+    packed = None if text is None else sentence_spans(text, sentences)
+    if packed is None:
+        return {"sentences": list(sentences)} | ({} if text is None else {"spans": None})
+    return {"spans": packed, "sentences": None}
 
 
 # Article-doc fields of a partly encoded article: the generation its parts belong to, which rows are
@@ -180,14 +205,20 @@ def encoded_fields(article_id: str, fingerprint: str, block: ContextBlock) -> di
 PART_FIELDS = ("partial", "done", "n_rows", "n_done")
 
 
-def part_fields(article_id: str, fingerprint: str, done: np.ndarray, sentences: list[str]) -> dict[str, Any]:
-    """Article-doc fields naming the rows of a partly encoded article that are stored (``done``: bool)."""
+def part_fields(
+    article_id: str, fingerprint: str, done: np.ndarray, sentences: list[str], text: str | None = None
+) -> dict[str, Any]:
+    """Article-doc fields naming the rows of a partly encoded article that are stored (``done``: bool).
+
+    Args:
+        text: the article's text where the index stores sentences as offsets into it.
+    """
     return {
         "partial": generation(article_id, fingerprint),
         "done": base64.b64encode(np.packbits(done).tobytes()).decode("ascii"),
         "n_rows": int(done.size),
         "n_done": int(done.sum()),
-        "sentences": list(sentences),
+        **sentence_fields(sentences, text),
     }
 
 
@@ -200,18 +231,29 @@ def done_rows(source: dict[str, Any], article_id: str, fingerprint: str) -> np.n
     return np.unpackbits(packed, count=total).astype(bool)
 
 
-def context_actions(item: EncodedArticle, index: str, store_dtype: str) -> Iterator[dict[str, Any]]:
+def context_actions(
+    item: EncodedArticle, index: str, store_dtype: str, keys: bool = False
+) -> Iterator[dict[str, Any]]:
     """Bulk actions writing an article's contexts, one doc per row.
 
     ``_id`` = ``<article id>:<fingerprint>:<row>``, the row numbered over the whole article (a part
     names its rows): re-sending the same article or part overwrites, never duplicates. Vectors go
     out as the float32 values of the stored encoding (float16 or int8).
+
+    Args:
+        keys: the index has the ``key`` field: each context's stored encoding again, as binary doc
+            values that a kNN search returns with its hits (see ``knn_extras``), so that evidence
+            measures the neighbours' redundancy without encoding their sentences again.
     """
     art, block = item.article, item.contexts
     if block is None:
         return
     gen = generation(art.id, item.fingerprint)
     vectors = stored_vectors(block.vectors, store_dtype)
+    stored = [
+        base64.b64encode(codec.encode(block.vectors[i : i + 1], store_dtype)).decode("ascii")
+        for i in range(len(block) if keys else 0)
+    ]
     columns = zip(
         block.token_ids.tolist(),
         block.sentence_ids.tolist(),
@@ -220,26 +262,38 @@ def context_actions(item: EncodedArticle, index: str, store_dtype: str) -> Itera
         vectors.tolist(),
     )
     rows = range(len(block)) if item.rows is None else item.rows.tolist()
-    for row, (token_id, sentence_id, start, end, vector) in zip(rows, columns):
-        yield {
-            "_op_type": "index",
-            "_index": index,
-            "_id": f"{gen}:{row}",
-            "_source": {
-                "article_id": art.id,
-                "generation": gen,
-                "token_id": token_id,
-                "sentence_id": sentence_id,
-                "start": start,
-                "end": end,
-                "vector": vector,
-            },
+    for i, (row, (token_id, sentence_id, start, end, vector)) in enumerate(zip(rows, columns)):
+        source = {
+            "article_id": art.id,
+            "generation": gen,
+            "token_id": token_id,
+            "sentence_id": sentence_id,
+            "start": start,
+            "end": end,
+            "vector": vector,
         }
+        if keys:
+            source["key"] = stored[i]
+        yield {"_op_type": "index", "_index": index, "_id": f"{gen}:{row}", "_source": source}
 
 
-def settle_action(item: EncodedArticle, index: str) -> dict[str, Any]:
+def settle_action(
+    item: EncodedArticle, index: str, extra: Callable[[list[str]], dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The bulk action marking an article settled: no contexts of an older generation are left."""
-    return {"_op_type": "update", "_index": index, "_id": item.article.id, "doc": {"settled": True}}
+    return update_action(item.article, index, {"settled": True}, extra)
+
+
+def update_action(
+    article: Article,
+    index: str,
+    doc: dict[str, Any],
+    extra: Callable[[list[str]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A bulk partial update of an article doc: ``doc``'s fields, with the IR fields sent again (the
+    engine re-indexes an updated doc from its ``_source``, which keeps no terms: see ``ir_fields``)."""
+    fields = doc | ir_fields(article, extra)
+    return {"_op_type": "update", "_index": index, "_id": article.id, "doc": fields}
 
 
 def stale_contexts_query(items: Sequence[EncodedArticle]) -> dict[str, Any]:
@@ -278,7 +332,7 @@ def search_body(query: str, n: int, bigram_field: str = "terms.bigrams") -> dict
         "size": n,
         "query": {"bool": {"should": should}},
         "sort": [{"_score": "desc"}, {"id": "asc"}],
-        "_source": ["title", "fingerprint"],
+        "_source": STATE_FIELDS,  # what the question needs of its articles next (``reads``)
     }
 
 
@@ -288,7 +342,7 @@ def title_body(title: str, n: int = 1) -> dict[str, Any]:
         "size": n,
         "query": {"term": {"title.key": title.strip().lower()}},
         "sort": [{"id": "asc"}],
-        "_source": ["title", "popularity", "fingerprint"],
+        "_source": STATE_FIELDS,
     }
 
 
@@ -382,15 +436,52 @@ def squared_distances(scores: np.ndarray) -> np.ndarray:
     return (1.0 / np.asarray(scores, dtype=np.float64) - 1.0).clip(min=0.0).astype(np.float32)
 
 
-def parse_neighbors(response: dict[str, Any], k: int, current: set[str] | None = None) -> Neighbors:
+def knn_extras(body: dict[str, Any], generations: Sequence[str], keys: bool) -> dict[str, Any]:
+    """A kNN body that also returns its hits' stored keys and counts the contexts of each generation.
+
+    The counts let the search check itself: an add replaces an article doc first and deletes the old
+    contexts after, so a generation with fewer contexts than the IR answer's doc said was being
+    deleted while it was searched. Counted over every context the generations' filter matches: a
+    top-level ``knn`` (Elasticsearch) aggregates over its own top hits only, so the filter is also
+    given as the ``query``, whose matches score 0 and are dropped by ``parse_neighbors``.
+    """
+    out = dict(body)
+    where = {"terms": {"generation": list(generations)}}
+    out.setdefault("query", {"bool": {"filter": [where]}})
+    out["aggs"] = {GENERATION_COUNTS: {"terms": {"field": "generation", "size": max(len(generations), 1)}}}
+    if keys:
+        out["docvalue_fields"] = ["key"]
+    return out
+
+
+GENERATION_COUNTS = "per_generation"
+
+
+def generation_counts(response: dict[str, Any]) -> dict[str, int] | None:
+    """Contexts per generation that a ``knn_extras`` search counted; None where it did not count."""
+    found = response.get("aggregations", {}).get(GENERATION_COUNTS)
+    if found is None:
+        return None
+    return {b["key"]: int(b["doc_count"]) for b in found.get("buckets", ())}
+
+
+def parse_neighbors(
+    response: dict[str, Any], k: int, current: set[str] | None = None, meta: IndexMeta | None = None
+) -> Neighbors:
     """Neighbors of a kNN response, nearest first, ties by (article id, sentence, start).
 
     Args:
         response: a search response from ``knn_exact_body`` or ``knn_approx_body``.
         k: how many to keep.
         current: if given, drop hits whose generation is not in it (contexts of replaced articles).
+        meta: the index's settings: where every hit carries its stored key (``knn_extras``), the
+            neighbours' vectors are decoded with its dimension and store dtype.
     """
-    hits = [h for h in response["hits"]["hits"] if current is None or h["_source"]["generation"] in current]
+    hits = [
+        h
+        for h in response["hits"]["hits"]
+        if (current is None or h["_source"]["generation"] in current) and _score(h) > 0.0
+    ]
     if not hits:
         return Neighbors.empty()
     src = [h["_source"] for h in hits]
@@ -408,7 +499,17 @@ def parse_neighbors(response: dict[str, Any], k: int, current: set[str] | None =
         sentence_ids=sentence_ids[order],
         starts=starts[order],
         ends=np.array([src[i]["end"] for i in order], dtype=np.int32),
+        vectors=None if meta is None else _keys([hits[i] for i in order], meta),
     )
+
+
+def _keys(hits: Sequence[dict[str, Any]], meta: IndexMeta) -> np.ndarray | None:
+    """(n, dim) float32 stored keys of the hits, or None unless every hit has one."""
+    values = [h.get("fields", {}).get("key") for h in hits]
+    if not all(values):
+        return None
+    blob = [unpadded_b64(v[0]) for v in values]
+    return np.concatenate([codec.decode(b, 1, meta.dim, meta.store_dtype) for b in blob])
 
 
 def floats(vector: np.ndarray) -> list[float]:

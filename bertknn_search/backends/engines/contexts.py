@@ -10,6 +10,7 @@ import numpy as np
 
 from bertknn_search.backends.engines import bodies
 from bertknn_search.backends.engines.dialect import Dialect
+from bertknn_search.backends.engines.reads import ArticleCache, stored_sentences
 from bertknn_search.errors import ConfigError
 from bertknn_search.records import Coverage, EncodedArticle, EncodePlan, IndexMeta, PendingArticle
 
@@ -25,6 +26,9 @@ class EngineContextSide:
     name: str
     _meta: IndexMeta
     _has_parts: bool
+    _has_key: bool
+    _has_spans: bool
+    _cache: ArticleCache
     _mget: Callable[..., dict[str, dict[str, Any]]]
     _search: Callable[..., dict[str, Any]]
     _bulk: Callable[[str, Callable[[], Iterable[dict[str, Any]]]], None]
@@ -44,8 +48,15 @@ class EngineContextSide:
         return ""
 
     def unencoded(self, article_ids: Sequence[str]) -> list[PendingArticle]:
-        fields = ["title", "text", "fingerprint", "popularity", "encoded", *bodies.PART_FIELDS, "sentences"]
-        docs = self._mget(sorted(set(article_ids)), fields, realtime=True)
+        """Articles of ``article_ids`` not whole, with their texts; none is read that the question's own
+        IR answer (``FRESH_S`` young) says is whole: a warm question reads nothing here."""
+        ids = sorted({a for a in article_ids if (s := self._cache.fresh(a)) is None or not s.whole})
+        fields = [
+            "title", "text", "fingerprint", "popularity", "encoded", "n_contexts", *bodies.PART_FIELDS,
+            "spans", "sentences",
+        ]  # fmt: skip
+        docs = self._mget(ids, fields, realtime=True) if ids else {}
+        self._cache.record(docs.items())
         out = []
         for aid, src in sorted(docs.items()):
             gen = bodies.generation(aid, src["fingerprint"])
@@ -53,22 +64,21 @@ class EngineContextSide:
                 continue
             article = bodies.stored_article(aid, src, self._meta, self.location)
             done = np.flatnonzero(bodies.done_rows(src, aid, src["fingerprint"]))
-            sentences = src.get("sentences") if src.get("partial") == gen else None
+            sentences = stored_sentences(src) if src.get("partial") == gen else None
             out.append(PendingArticle(article, src["fingerprint"], done, sentences))
         return out
 
     def coverage(self, article_ids: Sequence[str]) -> dict[str, Coverage]:
         if self._meta.contexts != "lazy":
             return {}
-        fields = ["fingerprint", "encoded", "n_contexts", "partial", "n_rows", "n_done"]
-        out = {}
-        for aid, src in self._mget(sorted(set(article_ids)), fields, realtime=True).items():
-            gen = bodies.generation(aid, src["fingerprint"])
-            if src.get("encoded") == gen:
-                out[aid] = Coverage(int(src.get("n_contexts") or 0), int(src.get("n_contexts") or 0))
-            elif src.get("partial") == gen:
-                out[aid] = Coverage(int(src.get("n_done") or 0), int(src.get("n_rows") or 0))
-        return out
+        ids = sorted(set(article_ids))
+        states = {aid: self._cache.fresh(aid) for aid in ids}
+        if any(state is None for state in states.values()):
+            fields = ["title", "fingerprint", "encoded", "n_contexts", "partial", "n_rows", "n_done"]
+            self._cache.record(self._mget(ids, fields, realtime=True).items())
+            states = {aid: self._cache.state(aid) for aid in ids}
+        covered = {aid: state.coverage() for aid, state in states.items() if state is not None}
+        return {aid: cover for aid, cover in covered.items() if cover is not None}
 
     def partial_articles(self, limit: int) -> list[str]:
         if not self._has_parts:
@@ -100,8 +110,11 @@ class EngineContextSide:
             self._check_dim(item)
         contexts, articles = self.names["contexts"], self.names["articles"]
         dtype = self._meta.store_dtype
+        keys = self._has_key
+        self._cache.forget(i.article.id for i in latest)
         self._bulk(
-            "write contexts", lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype))
+            "write contexts",
+            lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype, keys)),
         )
         self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
         fields = ["fingerprint", "partial", "done", "n_rows"]
@@ -109,15 +122,11 @@ class EngineContextSide:
         fresh = [i for i in latest if current.get(i.article.id, {}).get("fingerprint") == i.fingerprint]
         if any(i.rows is not None for i in fresh):
             self._ensure_part_fields()
+        extra = self.dialect.article_fields
         self._bulk(
             "mark articles encoded",
             lambda: (
-                {
-                    "_op_type": "update",
-                    "_index": articles,
-                    "_id": i.article.id,
-                    "doc": self._encoded_doc(i, current[i.article.id]),
-                }
+                bodies.update_action(i.article, articles, self._encoded_doc(i, current[i.article.id]), extra)
                 for i in fresh
             ),
         )
@@ -138,8 +147,9 @@ class EngineContextSide:
         """
         aid, block = item.article.id, item.contexts
         assert block is not None
+        text = item.article.text if self._has_spans else None
         if item.rows is None:
-            whole = bodies.encoded_fields(aid, item.fingerprint, block)
+            whole = bodies.encoded_fields(aid, item.fingerprint, block, text)
             return whole | ({name: None for name in bodies.PART_FIELDS} if self._has_parts else {})
         total = item.total or len(block)
         done = bodies.done_rows({**source, "n_rows": total}, aid, item.fingerprint)
@@ -148,10 +158,10 @@ class EngineContextSide:
             counts = {"encoded": bodies.generation(aid, item.fingerprint), "n_contexts": total}
             return (
                 counts
-                | {"n_sentences": len(block.sentences), "sentences": list(block.sentences)}
+                | {"n_sentences": len(block.sentences), **bodies.sentence_fields(block.sentences, text)}
                 | {name: None for name in bodies.PART_FIELDS}
             )
-        return bodies.part_fields(aid, item.fingerprint, done, block.sentences)
+        return bodies.part_fields(aid, item.fingerprint, done, block.sentences, text)
 
     def _ensure_part_fields(self) -> None:
         """Add the part fields to an articles index made before them (see ``_ensure_popularity_field``)."""

@@ -77,8 +77,8 @@ class ElasticsearchDialect(Dialect):
     def knn_exact_body(self, vector: np.ndarray, k: int, generations: Sequence[str]) -> dict[str, Any]:
         return self._knn(vector, k, {"terms": {"generation": list(generations)}})
 
-    def knn_approx_body(self, vector: np.ndarray, k: int) -> dict[str, Any]:
-        return self._knn(vector, k, None)
+    def knn_approx_body(self, vector: np.ndarray, k: int, graph: bool = True) -> dict[str, Any]:
+        return self._knn(vector, k, None)  # a flat field: brute force, exact, graph or not
 
     def _knn(self, vector: np.ndarray, k: int, where: dict[str, Any] | None) -> dict[str, Any]:
         wanted = min(k + KNN_SPARE, MAX_CANDIDATES)

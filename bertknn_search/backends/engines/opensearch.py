@@ -82,8 +82,13 @@ class OpenSearchDialect(Dialect):
             "_source": CONTEXT_SOURCE,
         }
 
-    def knn_approx_body(self, vector: np.ndarray, k: int) -> dict[str, Any]:
-        """The HNSW graph (lucene engine by default) over every context."""
+    def knn_approx_body(self, vector: np.ndarray, k: int, graph: bool = True) -> dict[str, Any]:
+        """The HNSW graph (lucene engine) over every context; without one (indexes are made without,
+        unless for the no-IR search), the score script over every context: exact, at brute-force cost."""
+        if not graph:
+            body = self.knn_exact_body(vector, k, [])
+            body["query"]["script_score"]["query"] = {"match_all": {}}
+            return body
         return {
             "size": k,
             "track_total_hits": False,
