@@ -162,8 +162,12 @@ class Dialect:
         """Exact k nearest contexts (l2) among the contexts of ``generations``."""
         raise NotImplementedError
 
-    def knn_approx_body(self, vector: np.ndarray, k: int) -> dict[str, Any]:
-        """k nearest contexts over every context (the no-IR mode)."""
+    def knn_approx_body(self, vector: np.ndarray, k: int, graph: bool = True) -> dict[str, Any]:
+        """k nearest contexts over every context (the no-IR mode).
+
+        Args:
+            graph: the vector field has an approximate graph to search (else: brute force, exact).
+        """
         raise NotImplementedError
 
     # -- the client's calls that differ -----------------------------------------------------------
