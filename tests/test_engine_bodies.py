@@ -539,7 +539,7 @@ def test_make_client_needs_a_url(tmp_path: Path) -> None:
         OPENSEARCH.client(Config(backend="opensearch"))
     with pytest.raises(ConfigError, match="set ELASTICSEARCH_URL or --elasticsearch-url"):
         ELASTICSEARCH.client(Config(backend="elasticsearch"))
-    with pytest.raises(ConfigError, match="must look like http"):
+    with pytest.raises(ConfigError, match="'localhost:9200' is not a node URL \\(no http:// or https://;"):
         OPENSEARCH.client(Config(backend="opensearch", opensearch_url="localhost:9200"))
     with pytest.raises(ConfigError, match="not found"):
         OPENSEARCH.client(Config(opensearch_url="https://h:9200", opensearch_ca=tmp_path / "missing.pem"))

@@ -71,7 +71,7 @@ def _node_url(entry: str, what: str, listed: bool) -> NodeURL:
     except ValueError as exc:  # "Port could not be cast to integer value", "Invalid IPv6 URL"
         raise bad(str(exc).rstrip(".").lower()) from None
     if parts.scheme not in ("http", "https"):
-        found = f"the scheme {parts.scheme!r}" if parts.scheme else "no http:// or https://"
+        found = f"the scheme {parts.scheme!r}" if "://" in entry else "no http:// or https://"
         raise bad(f"{found}; only http and https are spoken")
     host = parts.hostname or ""
     if not _well_formed_host(host, bracketed="[" in parts.netloc):
