@@ -22,6 +22,7 @@ from bertknn_search.demo import Fact
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.search import Searcher
 from bertknn_search.records import Answer, Question
+from tests.conftest import drop_indices
 
 
 def engine_of(searcher: Searcher) -> EngineBackend:
@@ -134,3 +135,46 @@ def test_an_article_doc_keeps_its_text_once(cluster_config: Config, corpus: Path
         assert sentences[0] and sentences[0] in doc["text"]
     finally:
         backend.close()
+
+
+def made_before(load: Any) -> Any:
+    """``bodies.load_mapping`` as it was before keys, spans and graph-less contexts (older indexes)."""
+
+    def old(name: str) -> dict[str, Any]:
+        body = load(name)
+        mappings = body["mappings"]
+        for field in ("key", "spans"):
+            mappings["properties"].pop(field, None)
+        mappings.pop("_source", None)
+        if name.endswith("contexts"):
+            mappings["_source"] = {"excludes": ["vector"]}
+        if name == "opensearch-contexts":
+            body["settings"]["index"] = {"knn": True}
+            method = {"name": "hnsw", "space_type": "l2", "engine": "lucene"}
+            mappings["properties"]["vector"]["method"] = method
+        return body
+
+    return old
+
+
+@pytest.mark.opensearch
+def test_an_index_made_before_answers_as_a_new_one(
+    cluster_config: Config, corpus: Path, facts: list[Fact], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bertknn_search.backends.engines import bodies
+
+    new = cluster_config.replace(contexts="lazy")
+    old = new.replace(opensearch_prefix=new.opensearch_prefix + "-old")
+    with monkeypatch.context() as patch:
+        patch.setattr(bodies, "load_mapping", made_before(bodies.load_mapping))
+        ingest(corpus, old, progress=False)
+    ingest(corpus, new, progress=False)
+    before, now = Searcher.open(old), Searcher.open(new)
+    try:
+        for q in questions(facts):
+            assert summary(before.answer(q)) == summary(now.answer(q)), q.text
+        assert not engine_of(before)._has_key and engine_of(now)._has_key
+    finally:
+        before.close()
+        now.close()
+        drop_indices(old)
