@@ -225,6 +225,12 @@ class Cluster:
         """Raises EngineError naming the first port of the nodes that is taken, HTTP or transport."""
         for i in range(self.nodes):
             if not port_free(self.port + i):
+                left = self._left_behind(self.port + i)
+                if left is not None:
+                    raise EngineError(
+                        f"port {self.port + i} on 127.0.0.1 is taken by a node of an earlier start on this"
+                        f" --data, still running (pid {left}); stop it with 'kill {left}', or pass --port"
+                    )
                 raise EngineError(
                     f"port {self.port + i} on 127.0.0.1 is taken (another engine or server?); stop it or"
                     " pass --port"
@@ -234,6 +240,19 @@ class Cluster:
                     f"port {self.port + 100 + i} on 127.0.0.1, the transport port of node {i} (--port + 100),"
                     " is taken (another engine's transport?); stop it or pass another --port"
                 )
+
+    def _left_behind(self, port: int) -> int | None:
+        """The pid of a node of this data folder that still serves ``port`` (from its ``node.pid``: a node
+        whose launcher predates the parent watch outlives a kill -9 of its start), else None."""
+        for pid_file in sorted(self.data.glob("node-*/node.pid")):
+            try:
+                pid = int(pid_file.read_text().strip())
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if b"Launcher" in argv and f"http.port={port}".encode() in argv:
+                return pid
+        return None
 
     def command(self, i: int, java: Path) -> list[str]:
         """The command line of node ``i``: its JVM, the launcher and every node setting."""
@@ -280,11 +299,13 @@ class Cluster:
         (node_home / "logs").mkdir(exist_ok=True)
         log = open(node_home / "logs" / "console.log", "ab")  # noqa: SIM115 (the child holds it)
         self.log_starts[i] = log.tell()
-        self.procs[i] = subprocess.Popen(
+        proc = subprocess.Popen(
             self.command(i, java), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
+        self.procs[i] = proc
         log.close()
+        (node_home / "node.pid").write_text(f"{proc.pid}\n")  # see ``_left_behind``
 
     def wait_ready(
         self,

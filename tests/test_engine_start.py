@@ -282,3 +282,27 @@ def test_nodes_end_with_the_engine_start_that_started_them_even_by_kill_9(
         assert time.monotonic() < deadline, "a node outlived the engine start that started it"
         time.sleep(0.5)
     assert json.loads((tmp_path / MARKER).read_text()) == {"engine": "opensearch", "version": "2.19.1"}
+
+
+def test_a_node_left_running_by_an_earlier_start_is_named_with_its_pid(tmp_path: Path) -> None:
+    port = free_port()
+    node = tmp_path / "node-0"
+    node.mkdir()
+    (tmp_path / MARKER).write_text('{"engine": "opensearch", "version": "2.19.1"}')
+    # A stand-in for an orphaned node: its command line names the launcher and the port, as a node's does.
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)", "Launcher", f"http.port={port}"]
+    orphan = subprocess.Popen(sleeper)
+    try:
+        (node / "node.pid").write_text(f"{orphan.pid}\n")
+        with socket.socket() as held:
+            held.bind(("127.0.0.1", port))
+            held.listen()
+            r = run("engine", "start", "opensearch", "--port", str(port), "--data", str(tmp_path))
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"Error: port {port} on 127.0.0.1 is taken by a node of an earlier start on this --data, still"
+        f" running (pid {orphan.pid}); stop it with 'kill {orphan.pid}', or pass --port"
+    )
