@@ -749,3 +749,37 @@ def test_bulk_500_then_success_is_retried(mocked: EngineBackend) -> None:
     scanned = mocked.client.search.call_args.kwargs
     assert scanned["index"] == "bk-contexts"
     assert scanned["body"]["query"] == bodies.stale_contexts_query([ARTICLES[0]])["query"]
+
+
+@pytest.mark.reliability
+def test_documents_without_an_active_shard_are_sent_again(mocked: EngineBackend) -> None:
+    """Per-document 503s (a primary lost with its node, its replica not yet promoted) send the batch again,
+    where they were "rejected ... fix the input" before; other per-document refusals are not retried."""
+    mocked.client.indices.get_settings.return_value = {}
+    mocked.client.search.return_value = {"hits": {"hits": []}}
+    lost = {
+        "status": 503,
+        "error": {"type": "unavailable_shards_exception", "reason": "primary shard is not active"},
+    }
+    replies = ["lost"]
+
+    def bulk(body: str, **kwargs: Any) -> dict[str, Any]:
+        lines = body.strip().split("\n")[::2]
+        if replies:
+            replies.pop()
+            return {"errors": True, "items": [{"index": {"_id": "x", **lost}} for _ in lines]}
+        return {"errors": False, "items": [{"index": {"status": 201}} for _ in lines]}
+
+    mocked.client.bulk.side_effect = bulk
+    mocked.add_articles([ARTICLES[0]])
+    sent = [call.kwargs["body"] for call in mocked.client.bulk.call_args_list]
+    assert sent[0] == sent[1] and '"_id":"1:a1:0"' in sent[0]  # the contexts, twice
+    refused = {"status": 400, "error": {"type": "document_parsing_exception", "reason": "bad"}}
+    mocked.client.bulk.reset_mock()
+    mocked.client.bulk.side_effect = lambda body, **kw: {
+        "errors": True,
+        "items": [{"index": {"_id": "x", **refused}} for _ in body.strip().split("\n")[::2]],
+    }
+    with pytest.raises(BackendError, match="rejected"):
+        mocked.add_articles([ARTICLES[1]])
+    assert mocked.client.bulk.call_count == 1

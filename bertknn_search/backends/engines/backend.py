@@ -19,9 +19,15 @@ import numpy as np
 
 from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.engines import bodies, dialect_for
-from bertknn_search.backends.engines.client import RetryPolicy, bulk_error_message, call, connect
+from bertknn_search.backends.engines.client import (
+    RetryPolicy,
+    bulk_error_message,
+    call,
+    connect,
+    unavailable_shards,
+)
 from bertknn_search.backends.engines.contexts import EngineContextSide
-from bertknn_search.backends.engines.dialect import Dialect, public_url, whole_answer
+from bertknn_search.backends.engines.dialect import Dialect, PartialAnswer, public_url, whole_answer
 from bertknn_search.backends.engines.reads import (
     SENTENCE_FIELDS,
     STATE_FIELDS,
@@ -268,6 +274,9 @@ class EngineBackend(EngineContextSide):
                 total += 1
                 if not ok:
                     failures.append(item)
+            lost = unavailable_shards(failures, total)
+            if lost:  # a primary lost with its node, its replica not yet promoted: the batch again
+                raise PartialAnswer(lost)
             return total, failures
 
         # 429s were already retried inside streaming_bulk; retrying them here too would square the attempts.

@@ -28,6 +28,7 @@ READABLE_VERSIONS = (4, 5)  # a version-4 index holds token ids only: it reads a
 KINDS = ("articles", "contexts")
 # Both backends break distance ties by (article id, sentence, start); sorting on the server as well keeps
 # the k-th place deterministic when several contexts tie at the cut.
+CONFLICT_RETRIES = 5  # re-applications of an update whose doc another writer changed meanwhile
 TIE_ORDER = [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}]
 CONTEXT_SOURCE = ["article_id", "generation", "token_id", "sentence_id", "start", "end"]
 
@@ -293,7 +294,15 @@ def update_action(
     """A bulk partial update of an article doc: ``doc``'s fields, with the IR fields sent again (the
     engine re-indexes an updated doc from its ``_source``, which keeps no terms: see ``ir_fields``)."""
     fields = doc | ir_fields(article, extra)
-    return {"_op_type": "update", "_index": index, "_id": article.id, "doc": fields}
+    # Two writers of one article doc at once (two ingests or adds, a question and the idle completion):
+    # the engine reads the doc again and applies the fields to it, where it answered 409 before.
+    return {
+        "_op_type": "update",
+        "_index": index,
+        "_id": article.id,
+        "doc": fields,
+        "retry_on_conflict": CONFLICT_RETRIES,
+    }
 
 
 def stale_contexts_query(items: Sequence[EncodedArticle]) -> dict[str, Any]:

@@ -221,6 +221,19 @@ def bulk_error_message(title: str, what: str, url: str, failures: list[dict[str,
     )
 
 
+def unavailable_shards(failures: list[dict[str, Any]], total: int) -> str | None:
+    """Why a bulk request is worth sending again whole, or None: every document it could not write failed
+    for want of an active shard (HTTP 5xx, e.g. ``unavailable_shards_exception`` while a lost node's
+    replica is promoted), which no input change fixes. Ids are deterministic: a re-sent batch overwrites.
+    """
+    statuses = [int(next(iter(f.values())).get("status") or 0) for f in failures]
+    if not statuses or min(statuses) < 500:
+        return None
+    first = next(iter(failures[0].values())).get("error", {})
+    kind = first.get("type", "unknown") if isinstance(first, dict) else str(first)
+    return f"{len(failures)} of {total} documents found no active shard ({kind})"
+
+
 def one_line(text: str, limit: int = 800) -> str:
     """``text`` with whitespace runs collapsed, cut to ``limit`` characters."""
     flat = " ".join(str(text).split())

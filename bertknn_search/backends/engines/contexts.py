@@ -117,9 +117,12 @@ class EngineContextSide:
             lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype, keys)),
         )
         self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
-        fields = ["fingerprint", "partial", "done", "n_rows"]
+        fields = ["fingerprint", "partial", "done", "n_rows", "encoded"]
         current = self._mget([i.article.id for i in latest], fields, realtime=True)
         fresh = [i for i in latest if current.get(i.article.id, {}).get("fingerprint") == i.fingerprint]
+        # A part of an article that is whole by now (a question stored the rest meanwhile) adds nothing:
+        # its part fields would bring back a partial record beside the whole one.
+        writes = [i for i in fresh if i.rows is None or not _whole(current[i.article.id], i)]
         if any(i.rows is not None for i in fresh):
             self._ensure_part_fields()
         extra = self.dialect.article_fields
@@ -127,10 +130,11 @@ class EngineContextSide:
             "mark articles encoded",
             lambda: (
                 bodies.update_action(i.article, articles, self._encoded_doc(i, current[i.article.id]), extra)
-                for i in fresh
+                for i in writes
             ),
         )
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
+        self._drop_parts_of_whole([i for i in writes if i.rows is not None])
         stale = [i for i in latest if i not in fresh]
         if stale:
             gens = sorted(bodies.generation(i.article.id, i.fingerprint) for i in stale)
@@ -138,6 +142,28 @@ class EngineContextSide:
                 "delete contexts of replaced texts", contexts, {"query": {"terms": {"generation": gens}}}
             )
         return len(fresh)
+
+    def _drop_parts_of_whole(self, parts: Sequence[EncodedArticle]) -> None:
+        """Clear the partial record of each article of ``parts`` that another writer stored whole
+        between this one's read and its write (its part fields then landed on the whole article).
+
+        Whichever write lands last, the record ends right: a whole write clears the part fields, and
+        a part write is followed by this check.
+        """
+        if not parts:
+            return
+        docs = self._mget([i.article.id for i in parts], ["fingerprint", "encoded", "partial"], realtime=True)
+        stale = {aid for aid, src in docs.items() if src.get("partial") is not None}
+        whole = [i for i in parts if i.article.id in stale and _whole(docs[i.article.id], i)]
+        if not whole:
+            return
+        articles, extra = self.names["articles"], self.dialect.article_fields
+        cleared = {name: None for name in bodies.PART_FIELDS}
+        self._bulk(
+            "clear partial records of whole articles",
+            lambda: (bodies.update_action(i.article, articles, cleared, extra) for i in whole),
+        )
+        self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
 
     def _encoded_doc(self, item: EncodedArticle, source: dict[str, Any]) -> dict[str, Any]:
         """The article-doc fields after ``item`` is stored: whole once every row of it is.
@@ -183,3 +209,8 @@ class EngineContextSide:
             f"--cache-size is for the embedded backend; the {self.dialect.title} index at {self.location}"
             " keeps every context it encodes (drop --cache-size)"
         )
+
+
+def _whole(source: dict[str, Any], item: EncodedArticle) -> bool:
+    """The article doc ``source`` says ``item``'s text is stored whole."""
+    return source.get("encoded") == bodies.generation(item.article.id, item.fingerprint)
