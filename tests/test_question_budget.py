@@ -145,3 +145,16 @@ def test_query_file_says_how_many_answers_were_partial(
     )
     whole = CliRunner().invoke(main, [*args, "--exact"])
     assert "0 of 3 answers partial: every article they searched was encoded whole" in whole.stderr
+
+
+def test_a_server_allows_its_own_count_only_with_its_clock() -> None:
+    from bertknn_search.config import CPU_BUDGET
+    from bertknn_search.server.limits import RequestLimits, query_refusal
+
+    limits, server = RequestLimits(), Config()  # a CPU's default: 1,024 contexts with 2.4 s
+    ask = lambda **kw: query_refusal(limits, None, server, server.replace(**kw), 1, "cpu")  # noqa: E731
+    assert ask() is None and ask(budget=CPU_BUDGET, budget_s=2.4) is None
+    # Without a clock a count is bounded by the limit (64), as before the default grew.
+    refused = ask(budget=CPU_BUDGET)
+    assert refused is not None and refused[0] == 422 and "(limit budget)" in refused[1]
+    assert ask(budget=limits.budget) is None

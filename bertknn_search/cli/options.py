@@ -254,13 +254,15 @@ method_options = stacked(
         type=click.IntRange(min=1),
         help="Lazy index: contexts a question encodes before it answers, each article's lead (its first"
         " sentences) first; the answer says it is partial, and the rest is encoded later"
-        " [default 64 on a CPU, 65,536 on a GPU].",
+        " [default 1,024 on a CPU (where --budget-s bounds it first), 65,536 on a GPU].",
     ),
     click.option(
         "--budget-s",
         type=FiniteFloat(min=0.001, max=86_400.0),
-        help="Lazy index: seconds a question may spend encoding before it answers, best contexts first;"
-        " with --budget, whichever comes first [default 2.4 on a CPU, none on a GPU; none with --budget].",
+        help="Lazy index: seconds a question may spend encoding, best contexts first, after its floor (the"
+        " first 32 contexts of each article it searches, which no clock cuts); each question of a batch its"
+        " own; with --budget, whichever comes first [default 2.4 on a CPU, none on a GPU; none with"
+        " --budget].",
     ),
     click.option(
         "--exact",

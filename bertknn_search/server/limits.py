@@ -67,8 +67,8 @@ class RequestLimits:
             contexts is bounded by the seconds alone.
 
     A value the server itself uses by default is never refused: with ``serve --n-articles 20``, a request
-    may ask 20; a budget up to the device's default (64 on a CPU, 65,536 on a GPU) is always allowed, as
-    are the device's default seconds (2.4 on a CPU).
+    may ask 20; a budget up to the device's default (1,024 with seconds on a CPU, 65,536 on a GPU) is
+    always allowed, as are the device's default seconds (2.4 on a CPU).
 
     Each limit has a ceiling (``CEILINGS``): what a request could not ask for anyway.
     """
@@ -327,7 +327,10 @@ def query_refusal(
             f"budget-s {seconds:g} is more than the {seconds_cap:g} seconds a question may encode before it"
             f" answers here (limit budget-s); ask for less, or {lift}"
         )
-    budget, cap = asked.budget_for(device), max(limits.budget, server.budget_for(device) or 0)
+    own = server.budget_for(device) or 0
+    if seconds is None and server.budget_seconds_for(device) is not None:
+        own = 0  # the server's own count comes with its clock (a CPU's 1,024): without one, the limit
+    budget, cap = asked.budget_for(device), max(limits.budget, own)
     by_seconds = asked.budget is None and asked.budget_s is not None  # bounded by its seconds alone
     if budget is not None and budget > cap and not by_seconds:
         return 422, (
