@@ -117,6 +117,8 @@ def fit(
         bands[1],
         dict(about or {}),
     )
+    lower, upper = tuple(x.min(axis=0).round(6).tolist()), tuple(x.max(axis=0).round(6).tolist())
+    line = dataclasses.replace(line, lower=lower, upper=upper)
     raw_p = line.probability([r.signals for r in rows])
     return dataclasses.replace(line, curve=isotonic(raw_p, hits))
 
@@ -277,7 +279,10 @@ def calibrate(
     if len(relations) < 2:
         raise ValueError("a fit checked on left-out relations needs facts of two relations or more")
     p = left_out(rows, features)
-    high, medium = choose_bands(p)
+    # The levels are cut where whole answers' p lies (partial ones, in the fit to teach it what coverage
+    # means, would pull the cuts down to the starved answers' p), so "high" means one thing everywhere.
+    whole = np.array([not r.signals.partial for r in rows])
+    high, medium = choose_bands(p[whole] if whole.any() else p)
     check_model = fit(rows, features, (high, medium))
     report: dict[str, Any] = {
         "method": "logistic regression; each relation scored by a fit without it",

@@ -2,7 +2,8 @@
 right, and a band ("high", "medium", "low") that cuts ``p``.
 
 ``p`` is a logistic regression over the signals an answer already has (its votes and neighbours, the
-nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw). The
+nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw), mapped
+through an isotonic curve to the share of such answers that were right. The
 shipped coefficients (``confidence_fit.json``) were fitted by ``benchmarks/bench_confidence.py`` on the
 LAMA T-REx relations in ``../shared/data`` with all-MiniLM-L6-v2 (kNN alone), each relation's answers
 scored by a fit made without that relation (``docs/evaluation.md#confidence``). ``eval calibrate`` fits
@@ -142,6 +143,7 @@ class Fit:
         coef, intercept: the regression's weights.
         high, medium: ``p`` at or above ``high`` is "high" (with at least ``MIN_HIGH_VOTES`` votes), at
             or above ``medium`` "medium", else "low".
+        lower, upper: each feature's range in the data it was fitted on; inputs are clipped to it.
         curve: (regression's p, share right) points, rising: the regression's p is mapped through them
             (linear between points), which corrects a sigmoid too steep or too flat for the data
             (isotonic regression); () keeps the regression's p.
@@ -157,10 +159,13 @@ class Fit:
     medium: float
     about: Mapping[str, Any] = field(default_factory=dict)
     curve: tuple[tuple[float, float], ...] = ()
+    lower: tuple[float, ...] = ()
+    upper: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
         sizes = {len(self.features), len(self.mean), len(self.scale), len(self.coef)}
+        sizes |= {len(self.lower) or len(self.features), len(self.upper) or len(self.features)}
         rising = all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(self.curve, self.curve[1:]))
         if unknown or len(sizes) != 1 or not 0.0 <= self.medium <= self.high <= 1.0 or not rising:
             raise ValueError(f"bad confidence fit: unknown features {unknown}, sizes {sizes}, bands, curve")
@@ -168,7 +173,10 @@ class Fit:
     def matrix(self, rows: Sequence[Signals]) -> np.ndarray:
         """(n, features) standardised inputs."""
         x = np.array([[FEATURES[f](s) for f in self.features] for s in rows], dtype=np.float64)
-        return (x.reshape(len(rows), len(self.features)) - np.asarray(self.mean)) / np.asarray(self.scale)
+        x = x.reshape(len(rows), len(self.features))
+        if self.lower:  # the fit knows nothing past what it saw: an input beyond is taken at the edge
+            x = np.clip(x, self.lower, self.upper)
+        return (x - np.asarray(self.mean)) / np.asarray(self.scale)
 
     def probability(self, rows: Sequence[Signals]) -> np.ndarray:
         """``p`` of each answer."""
@@ -212,6 +220,8 @@ class Fit:
                 float(data["medium"]),
                 dict(data.get("about") or {}),
                 tuple((float(x), float(y)) for x, y in data.get("curve") or ()),
+                tuple(float(v) for v in data.get("lower") or ()),
+                tuple(float(v) for v in data.get("upper") or ()),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"{where} is no confidence fit ({exc}); run eval calibrate again") from exc

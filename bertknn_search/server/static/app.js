@@ -183,7 +183,7 @@ function drawCoverage(answer, updating) {
 // What each band means, in short; the measurements are in docs/evaluation.md (Confidence).
 const CONFIDENCE = {
   high: "high: about half of such answers were right on relations the fit never saw",
-  medium: "medium: about one in seven such answers was right",
+  medium: "medium: about one in five such answers was right",
   low: "low: such answers were right rarely; weigh the other answers and the evidence",
 };
 
