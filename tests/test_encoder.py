@@ -251,10 +251,14 @@ def test_between_blocks_runs_before_each_block_of_a_key_encode_and_not_within_it
 
 
 # -- one encoder interface, two runtimes (issue 41) ---------------------------------------------------------
-def test_a_bert_checkpoint_runs_in_plain_torch_with_the_tokenizers_library(encoder: Encoder) -> None:
+def test_a_bert_checkpoint_runs_in_plain_torch_with_the_tokenizers_library(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from bertknn_search.encoding.bert_torch import BertForMaskedLM
     from bertknn_search.encoding.tokenizer_file import FileTokenizer
 
+    monkeypatch.delenv("BERTKNN_RUNTIME", raising=False)
+    encoder = Encoder(str(tiny_model), layer=11, device="cpu", max_length=64)
     assert encoder.runtime.name == "torch" and encoder.runtime.line == ""
     assert isinstance(encoder.tokenizer, FileTokenizer)
     assert isinstance(encoder.mlm, BertForMaskedLM)
@@ -315,8 +319,9 @@ def distilbert(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 def test_another_architecture_runs_in_transformers_and_says_so_in_one_line(
-    distilbert: Path, capsys: pytest.CaptureFixture[str]
+    distilbert: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("BERTKNN_RUNTIME", raising=False)
     encoder = Encoder(str(distilbert), 2, "cpu", 64, "fp32")
     assert encoder.runtime.name == "transformers"
     states, p_bert = encoder.query(["zorblat was born in [MASK] ."])
@@ -348,8 +353,9 @@ def test_the_environment_picks_the_runtime_of_auto(tiny_model: Path, monkeypatch
 
 
 def test_a_checkpoint_without_tokenizer_json_runs_in_torch_with_transformers_tokenizer(
-    tiny_model: Path, tmp_path: Path
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("BERTKNN_RUNTIME", raising=False)
     import shutil
 
     from bertknn_search.encoding.tokenizer_file import FileTokenizer

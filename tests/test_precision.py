@@ -234,7 +234,9 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def bf16(tiny_model: Path) -> Encoder:
-    return Encoder(str(tiny_model), layer=7, device="cpu", max_length=64, precision="bf16")
+    # The plain-torch runtime's property (transformers' bf16 forward depends on the batch), whatever
+    # BERTKNN_RUNTIME says for the rest of the suite.
+    return Encoder(str(tiny_model), layer=7, device="cpu", max_length=64, precision="bf16", runtime="torch")
 
 
 def test_a_bf16_question_is_encoded_the_same_alone_and_in_any_batch(bf16: Encoder) -> None:
@@ -267,7 +269,7 @@ def test_bf16_keys_do_not_depend_on_batch_mates_order_or_the_process(bf16: Encod
         "import sys, torch, numpy as np\n"
         "torch.set_num_threads(1)\n"
         "from bertknn_search.encoding.encoder import Encoder\n"
-        f"e = Encoder({str(tiny_model)!r}, 7, 'cpu', 64, 'bf16')\n"
+        f"e = Encoder({str(tiny_model)!r}, 7, 'cpu', 64, 'bf16', 'torch')\n"
         f"rows = [e.prepare(q) for q in {QUESTIONS!r}]\n"
         "k = e.key_states(rows, [r.index(e.tokenizer.mask_token_id) for r in rows])\n"
         "sys.stdout.write(k.astype(np.float32).tobytes().hex())\n"
@@ -295,7 +297,13 @@ def test_bf16_answers_are_the_same_asked_together_or_one_at_a_time(
     from bertknn_search.records import Question
 
     config = base_config.replace(
-        model=str(minilm), layer=6, index=tmp_path / "a", contexts="lazy", precision="bf16", exact=True
+        model=str(minilm),
+        layer=6,
+        index=tmp_path / "a",
+        contexts="lazy",
+        precision="bf16",
+        exact=True,
+        runtime="torch",
     )
     ingest(corpus, config, progress=False)
     shutil.copytree(config.index, tmp_path / "b")
