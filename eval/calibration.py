@@ -285,7 +285,7 @@ def calibrate(
     high, medium = choose_bands(p[whole] if whole.any() else p)
     check_model = fit(rows, features, (high, medium))
     report: dict[str, Any] = {
-        "method": "logistic regression; each relation scored by a fit without it",
+        "method": "a logistic regression mapped through an isotonic curve",
         "features": list(features),
         "bands": {"high": high, "medium": medium, "high_needs_votes": MIN_HIGH_VOTES},
         "left_out": summary(rows, p, check_model),

@@ -342,7 +342,7 @@ def render_calibration(check: Mapping[str, Any], stored: Path | None) -> str:
     bands = check["bands"]
     lines = ["# Confidence calibration", ""]
     lines += [
-        f"`p` fitted by {check['method']} ({', '.join(check['features'])}). Every number below is of"
+        f"`p` fitted by {check['method']}, on {', '.join(check['features'])}. Every number below is of"
         " left-out `p`: each relation's answers scored by a fit that never saw that relation. Bands:"
         f" high at p >= {bands['high']:.2f} with {bands['high_needs_votes']} votes or more, medium at"
         f" p >= {bands['medium']:.2f}, low below (reliability-left-out.png).",
