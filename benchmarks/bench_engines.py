@@ -339,7 +339,7 @@ class QueryClock:
                 original = getattr(backend, name)
                 self._undo.append((name, original))
                 setattr(backend, name, self._wrap(original))
-        client = getattr(backend, "client", None)
+        client = getattr(getattr(backend, "store", backend), "client", None)  # a lazy index wraps the engine
         if client is not None:
             transport = client.transport
             original = transport.perform_request
@@ -416,6 +416,79 @@ def warm_latency(searchers: dict[str, Searcher], questions: list[Question], roun
 
 
 # -- the run -----------------------------------------------------------------------------------------
+def drop(config: Config) -> None:
+    """Delete a backend's index: the folder, or both engine indices of its prefix."""
+    import shutil
+
+    if config.backend == "embedded":
+        shutil.rmtree(config.index, ignore_errors=True)
+        return
+    admin = engine_admin(config) if engine_exists(config) else None
+    if admin is not None:
+        try:
+            admin._call("drop", lambda: admin.client.indices.delete(index=",".join(admin.names.values())))
+        finally:
+            admin.close()
+
+
+def engine_exists(config: Config) -> bool:
+    from bertknn_search.errors import IndexNotFoundError
+
+    try:
+        engine_admin(config).close()
+    except IndexNotFoundError:
+        return False
+    return True
+
+
+def lazy_ingest(
+    args: argparse.Namespace, configs: dict[str, Config], work: Path, progress: Progress
+) -> dict[str, Any]:
+    """A dump ingested lazily (text and IR only) into each backend, the backends in turn, each
+    ``--lazy-rounds`` times into a fresh index: seconds, articles/s, requests by kind and disk (engines
+    after a flush), and each engine's ratio of time and disk to embedded's."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    # A dump as given, or that many Wikipedia-shaped articles of its real sentences (bench_lazy).
+    source: Any = args.lazy_source or wikipedia_shaped(args.source, args.lazy_articles, args.seed + 1)
+    for round_ in range(args.lazy_rounds):
+        order = list(configs) if round_ % 2 == 0 else list(reversed(configs))  # neither always goes first
+        for name in order:
+            config = configs[name].replace(contexts="lazy")
+            if name == "embedded":
+                config = config.replace(index=work / f"lazy-{round_}")
+            else:
+                config = config.replace(opensearch_prefix=f"{args.prefix}-lazy")
+            drop(config)
+            pid = None
+            row = run_ingest(source, config, pid)
+            size = size_report(config, name)
+            row["bytes"] = size.get("flushed", size["as_ingested"])["bytes"]
+            row["bytes_merged"] = size.get("merged", {}).get("bytes")
+            runs[name].append(row)
+            progress.done(
+                f"lazy ingest {name} #{round_ + 1}",
+                f"{row['articles']} articles in {row['seconds']:.1f} s, {row['bytes'] / 1e6:.1f} MB",
+            )
+            drop(config)
+    out: dict[str, Any] = {}
+    for name, rows in runs.items():
+        seconds = float(np.median([r["seconds"] for r in rows]))
+        out[name] = {
+            "articles": rows[0]["articles"],
+            "seconds_median": seconds,
+            "articles_per_s": rows[0]["articles"] / seconds if seconds else 0.0,
+            "bytes": rows[-1]["bytes"],
+            "bytes_merged": rows[-1]["bytes_merged"],
+            "runs": rows,
+        }
+    if "embedded" in out:
+        base = out["embedded"]
+        for row in out.values():
+            row["seconds_vs_embedded"] = row["seconds_median"] / base["seconds_median"]
+            row["bytes_vs_embedded"] = row["bytes"] / base["bytes"]
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bertknn_search.nodes.launch import Cluster, engine, free_port
 
@@ -432,7 +505,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     progress = Progress(args.out, results)
     model, layer = model_for(args.model)
     articles = wikipedia_shaped(args.source, args.articles, args.seed)
-    questions = make_questions(articles, args.questions, args.seed)
+    questions = make_questions(articles, args.questions, args.seed) if articles else []
     progress.done(
         "corpus",
         f"{len(articles)} articles, {np.mean([len(a.text.split()) for a in articles]):.0f} words each on"
@@ -459,13 +532,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if name == "embedded":
                     configs[name] = base.replace(index=work / "embedded")
                     continue
-                started = time.perf_counter()
-                cluster = Cluster(engine(name), port=free_port(), data=work / name, heap=args.heap)
-                clusters[name] = cluster
-                cluster.start(say=lambda _line: None, progress=False)
                 url_key = "opensearch_url" if name == "opensearch" else "elasticsearch_url"
-                configs[name] = base.replace(backend=name, opensearch_prefix=PREFIX, **{url_key: cluster.url})
-                progress.done(f"{name} started", f"{cluster.url} in {time.perf_counter() - started:.1f} s")
+                url = getattr(args, url_key)
+                if not url:  # none given: a node of our own, on --port (or a free one) and the ports after it
+                    started = time.perf_counter()
+                    port = args.port + 10 * len(clusters) if args.port else free_port()
+                    cluster = Cluster(engine(name), port=port, data=work / name, heap=args.heap)
+                    clusters[name] = cluster
+                    cluster.start(say=lambda _line: None, progress=False)
+                    url = cluster.url
+                    progress.done(f"{name} started", f"{url} in {time.perf_counter() - started:.1f} s")
+                configs[name] = base.replace(backend=name, opensearch_prefix=args.prefix, **{url_key: url})
+            if args.lazy_source or args.lazy_articles:
+                results["lazy_ingest"] = lazy_ingest(args, configs, work, progress)
+            if not args.articles:
+                return results
             results["ingest"], results["size"] = {}, {}
             for name in backends:
                 pid = clusters[name].procs[0].pid if name in clusters else None
@@ -524,10 +605,28 @@ def size_line(size: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v['bytes'] / 1e6:.1f} MB" for k, v in size.items())
 
 
+def lazy_lines(lazy: dict[str, Any]) -> list[str]:
+    if not lazy:
+        return []
+    lines = [
+        "",
+        "lazy ingest | articles | s (median) | articles/s | vs embedded | MB | vs embedded | requests",
+    ]
+    for name, v in lazy.items():
+        calls = v["runs"][0]["calls"]
+        requests = sum(c["calls"] for k, c in calls.items() if " http " in k)
+        lines.append(
+            f"  {name:<13} {v['articles']:6d} {v['seconds_median']:8.1f} {v['articles_per_s']:8.1f}"
+            f" {v.get('seconds_vs_embedded', 1.0):6.2f}x {v['bytes'] / 1e6:8.2f}"
+            f" {v.get('bytes_vs_embedded', 1.0):6.2f}x {requests:6.0f}"
+        )
+    return lines
+
+
 def report(r: dict[str, Any]) -> str:
     env = r["env"]
     lines = [
-        f"engines benchmark: {r['model']} model (layer {r['layer']}), {r['corpus']['articles']} articles"
+        f"engines benchmark: {r['model']} model (layer {r.get('layer')}), {r['corpus']['articles']} articles"
         f" ({r['corpus']['text_mb']:.1f} MB of enwiki sentences), {r['questions']} questions x {r['rounds']}"
         f" rounds; {env['cpu']}, {env['cpu_count']} cores, {env['torch_threads']} torch threads;"
         f" engine heap {r['heap']}",
@@ -536,7 +635,7 @@ def report(r: dict[str, Any]) -> str:
         " | http s | gzip s | bulk took s | JVM CPU s | Python CPU s | load before -> after |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for name, i in r["ingest"].items():
+    for name, i in r.get("ingest", {}).items():
         lines.append(
             f"| {name} | {i['contexts']:,} | {i['seconds']:.1f} | {i['contexts_per_s']:.0f}"
             f" | {i.get('seconds_vs_embedded', 1.0):.2f}x | {i['add_articles_s']:.1f}"
@@ -565,8 +664,9 @@ def report(r: dict[str, Any]) -> str:
             for k, v in s.items()
         ]
         lines.append(f"  {name:<13} " + ", ".join(cells))
+    lines += lazy_lines(r.get("lazy_ingest", {}))
     lines.append("")
-    for name, i in r["ingest"].items():
+    for name, i in r.get("ingest", {}).items():
         if name == "embedded":
             continue
         lat = r.get("latency", {}).get(name, {})
@@ -600,6 +700,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmp", type=Path, default=None, help="where the indexes and engine data go")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "engines-cpu.json")
+    parser.add_argument("--opensearch-url", help="a node of your own (else one is started here)")
+    parser.add_argument("--elasticsearch-url", help="a node of your own (else one is started here)")
+    parser.add_argument("--port", type=int, help="the first port of the nodes started here [default: free]")
+    parser.add_argument("--prefix", default=PREFIX, help="index prefix on the engines (dropped first)")
+    parser.add_argument(
+        "--lazy-source", type=Path, help="a dump to ingest lazily into every backend first (time and disk)"
+    )
+    parser.add_argument(
+        "--lazy-articles", type=int, help="or: that many Wikipedia-shaped articles of --source's sentences"
+    )
+    parser.add_argument("--lazy-rounds", type=int, default=2, help="lazy ingests per backend, in turn")
     args = parser.parse_args()
     from transformers.utils import logging as hf_logging
 

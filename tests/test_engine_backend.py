@@ -751,6 +751,21 @@ def test_bulk_500_then_success_is_retried(mocked: EngineBackend) -> None:
     assert scanned["body"]["query"] == bodies.stale_contexts_query([ARTICLES[0]])["query"]
 
 
+def test_a_first_write_of_an_article_indexes_its_doc_once(mocked: EngineBackend) -> None:
+    # No contexts of another generation: the doc is written settled, with no update re-indexing it.
+    mocked.client.indices.get_settings.return_value = {}
+    mocked.client.search.return_value = {"hits": {"hits": []}, "aggregations": {"stale": {"buckets": []}}}
+    mocked.client.bulk.side_effect = lambda body, **kw: {
+        "errors": False,
+        "items": [{"index": {"status": 201}} for _ in body.strip().split("\n")[::2]],
+    }
+    mocked.add_articles([ARTICLES[0]])
+    sent = [call.kwargs["body"] for call in mocked.client.bulk.call_args_list]
+    assert len(sent) == 2  # the contexts, the article
+    assert '"settled":true' in sent[1] and '"update"' not in "".join(sent)
+    assert mocked.client.search.call_count == 1  # the count of replaced contexts; no scan to delete
+
+
 @pytest.mark.reliability
 def test_documents_without_an_active_shard_are_sent_again(mocked: EngineBackend) -> None:
     """Per-document 503s (a primary lost with its node, its replica not yet promoted) send the batch again,

@@ -66,10 +66,19 @@ def create_bodies(meta: IndexMeta) -> dict:
 
 def test_create_bodies_fill_dimension_and_meta() -> None:
     made = create_bodies(META)
-    # No HNSW graph: the score script reads the vectors' doc values, and only the no-IR search could
-    # use a graph (its build and memory are paid by every write).
-    assert made["contexts"]["mappings"]["properties"]["vector"] == {"type": "knn_vector", "dimension": 8}
-    assert made["contexts"]["settings"] == {"index": {"knn": False}}
+    # The lucene engine: pure Java, so it runs where the k-NN plugin's native faiss library is missing.
+    # (Without a graph, index.knn false, k-NN 2.19.1 fails the shard on a mapping update: kept.)
+    assert made["contexts"]["mappings"]["properties"]["vector"] == {
+        "type": "knn_vector",
+        "dimension": 8,
+        "method": {
+            "name": "hnsw",
+            "space_type": "l2",
+            "engine": "lucene",
+            "parameters": {"m": 16, "ef_construction": 128},
+        },
+    }
+    assert made["contexts"]["settings"] == {"index": {"knn": True, "knn.algo_param.ef_search": 256}}
     # The vector and its stored key are doc values only; the terms are indexed only.
     assert made["contexts"]["mappings"]["_source"] == {"excludes": ["vector", "key"]}
     assert made["contexts"]["mappings"]["properties"]["key"] == {"type": "binary", "doc_values": True}

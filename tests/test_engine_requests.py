@@ -138,7 +138,7 @@ def test_an_article_doc_keeps_its_text_once(cluster_config: Config, corpus: Path
 
 
 def made_before(load: Any) -> Any:
-    """``bodies.load_mapping`` as it was before keys, spans and graph-less contexts (older indexes)."""
+    """``bodies.load_mapping`` as it was before keys and spans (older indexes)."""
 
     def old(name: str) -> dict[str, Any]:
         body = load(name)

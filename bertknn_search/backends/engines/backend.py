@@ -46,7 +46,11 @@ from bertknn_search.records import (
 )
 
 T = TypeVar("T")
-BULK_CHUNK = 500  # contexts per _bulk request: ~4 MB of JSON at dim 768
+# A _bulk request ends at whichever comes first: 2,000 docs or 8 MiB of JSON (about 800 contexts at dim
+# 768 with their keys, or 400 lazy articles of Wikipedia's mean length), far under the 100 MB an engine
+# takes by default (http.max_content_length); fewer, larger requests cost less per doc than 500 each.
+BULK_CHUNK = 2000
+BULK_BYTES = 8 * 1024 * 1024
 MGET_CHUNK = 1000
 GENERATION_RETRIES = 3  # searches of one kNN query while the articles it searches are being replaced
 # While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete); put
@@ -185,24 +189,50 @@ class EngineBackend(EngineContextSide):
         dtype = self._meta.store_dtype
         keys, spans = self._has_key, self._has_spans
         self._cache.forget(i.article.id for i in latest)
-        self._bulk(
-            "write contexts",
-            lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype, keys)),
-        )
-        self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
+        if any(i.contexts is not None and len(i.contexts) for i in latest):  # a lazy ingest writes none
+            self._bulk(
+                "write contexts",
+                lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype, keys)),
+            )
+            self._call("refresh the contexts index", lambda: self.client.indices.refresh(index=contexts))
+        # Articles with contexts of another generation still stored (replaced ones) are written unsettled
+        # and settled once those are deleted; the others (a first ingest: all) are settled at once, so
+        # their docs are indexed once, not again by an update.
+        stale = self._articles_with_stale_contexts(latest)
         # Only now do article docs point readers at the new generation, whose contexts are all searchable.
         extra = self.dialect.article_fields
         self._bulk(
-            "write articles", lambda: (bodies.article_action(i, articles, extra, spans) for i in latest)
+            "write articles",
+            lambda: (
+                bodies.article_action(i, articles, extra, spans, settled=i.article.id not in stale)
+                for i in latest
+            ),
         )
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
+        if not stale:
+            return
         # A failure here leaves the new articles visible and settled False: the next run of the add
         # redoes them and removes the leftovers.
-        self._delete_where("delete replaced contexts", contexts, bodies.stale_contexts_query(latest))
+        replaced = [i for i in latest if i.article.id in stale]
+        self._delete_where("delete replaced contexts", contexts, bodies.stale_contexts_query(replaced))
         # Settled: a resumed ingest may skip these articles now (it redoes unsettled ones).
         self._bulk(
-            "mark articles settled", lambda: (bodies.settle_action(i, articles, extra) for i in latest)
+            "mark articles settled", lambda: (bodies.settle_action(i, articles, extra) for i in replaced)
         )
+
+    def _articles_with_stale_contexts(self, items: Sequence[EncodedArticle]) -> set[str]:
+        """The articles of ``items`` that have contexts of another generation than the one written now."""
+        body = {
+            **bodies.stale_contexts_query(items),
+            "size": 0,
+            "track_total_hits": False,
+            "aggs": {"stale": {"terms": {"field": "article_id", "size": len(items)}}},
+        }
+        response = self._search("find replaced contexts", "contexts", body)
+        found = response.get("aggregations", {}).get("stale")
+        if found is None:  # an answer without the count: every article settled after the delete
+            return {i.article.id for i in items}
+        return {b["key"] for b in found["buckets"]}
 
     def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
         """Nothing to hold: each ``add_articles`` already sends bulk requests and refreshes once."""
@@ -266,6 +296,7 @@ class EngineBackend(EngineContextSide):
                 self.client,
                 actions(),
                 chunk_size=BULK_CHUNK,
+                max_chunk_bytes=BULK_BYTES,
                 raise_on_error=False,
                 max_retries=policy.attempts - 1,  # streaming_bulk's own 429 retries, per document
                 initial_backoff=policy.initial_backoff,

@@ -133,6 +133,7 @@ def article_action(
     index: str,
     extra: Callable[[list[str]], dict[str, Any]] | None = None,
     spans: bool = False,
+    settled: bool = False,
 ) -> dict[str, Any]:
     """The bulk action writing an article doc (``_id`` = article id, so a re-write replaces it).
 
@@ -140,6 +141,7 @@ def article_action(
         extra: the dialect's own fields of the doc, from its IR terms (``Dialect.article_fields``).
         spans: the index stores sentences as offsets into the text (``spans``, made since the field
             exists); else as a list of their own (older indices: eager ones kept no text).
+        settled: no contexts of another generation of the article are stored (see ``settle_action``).
     """
     art, block = item.article, item.contexts
     source = {
@@ -147,7 +149,7 @@ def article_action(
         "title": art.title,
         "fingerprint": item.fingerprint,
         # False until the article's replaced contexts are deleted; resume redoes unsettled articles.
-        "settled": False,
+        "settled": settled,
         "n_chars": len(art.text),
         **ir_fields(art, extra),
     }
