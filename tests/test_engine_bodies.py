@@ -17,7 +17,7 @@ from bertknn_search.backends.engines.client import bulk_error_message, describe,
 from bertknn_search.backends.engines.dialect import public_url
 from bertknn_search.backends.engines.elasticsearch import ElasticsearchDialect
 from bertknn_search.backends.engines.opensearch import OpenSearchDialect
-from bertknn_search.backends.engines.reads import STATE_FIELDS, stored_sentences
+from bertknn_search.backends.engines.reads import STATE_FIELDS, ArticleCache, stored_sentences
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError, IndexCorruptError
 from bertknn_search.records import Article, ArticleHit, ContextBlock, EncodedArticle, IndexMeta
@@ -616,3 +616,19 @@ def test_elasticsearch_errors_are_read_alike() -> None:
     down = describe("search articles", "http://h:9200", ESConnectionError("refused"), ELASTICSEARCH)
     assert down.startswith("cannot reach Elasticsearch at http://h:9200 to search articles")
     assert down.endswith("check that the cluster is up and ELASTICSEARCH_URL is right")
+
+
+def test_the_article_cache_is_bounded_and_keyed_by_generation() -> None:
+    cache = ArticleCache(states_max=2, chars_max=30)
+    cache.record([("1", {"fingerprint": "a", "title": "One"}), ("2", {"fingerprint": "b"})])
+    cache.record([("3", {"fingerprint": "c"}), ("4", {"title": "no fingerprint: not a state"})])
+    assert [cache.state(a) is not None for a in "1234"] == [False, True, True, False]
+    assert cache.fresh("3") is not None and cache.state("3").generation == "3:c"
+    cache.keep_sentences("1", "1:a", ["x" * 10])
+    cache.keep_sentences("2", "2:b", ["y" * 10])
+    assert cache.sentences("1", "1:b") is None  # a new generation is another key
+    assert cache.sentences("1", "1:a") == ["x" * 10]  # used: the older one goes first
+    cache.keep_sentences("3", "3:c", ["z" * 10])
+    assert cache.sentences("2", "2:b") is None and cache.sentences("1", "1:a") is not None
+    cache.forget(["3"])
+    assert cache.state("3") is None

@@ -16,6 +16,7 @@ neighbours) comes from here:
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,9 +86,13 @@ class ArticleState:
 
 
 class ArticleCache:
-    """Article states by id and sentence lists by (id, generation), each bounded, oldest out first."""
+    """Article states by id and sentence lists by (id, generation), each bounded, oldest out first.
+
+    A server answers questions on several threads over one backend: every method holds the lock.
+    """
 
     def __init__(self, states_max: int = STATES_MAX, chars_max: int = SENTENCE_CHARS_MAX) -> None:
+        self._lock = threading.Lock()
         self._states: OrderedDict[str, ArticleState] = OrderedDict()
         self._sentences: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
         self._chars = 0
@@ -97,6 +102,10 @@ class ArticleCache:
     def record(self, docs: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
         """Keep the state of each (id, _source) a search or read answered (those with a fingerprint)."""
         now = time.monotonic()
+        with self._lock:
+            self._record(docs, now)
+
+    def _record(self, docs: Iterable[tuple[str, Mapping[str, Any]]], now: float) -> None:
         for aid, source in docs:
             if source.get("fingerprint") is None:
                 continue
@@ -106,35 +115,39 @@ class ArticleCache:
             self._states.popitem(last=False)
 
     def state(self, article_id: str) -> ArticleState | None:
-        return self._states.get(article_id)
+        with self._lock:
+            return self._states.get(article_id)
 
     def fresh(self, article_id: str) -> ArticleState | None:
         """The state if a search answered it less than ``FRESH_S`` ago."""
-        state = self._states.get(article_id)
+        state = self.state(article_id)
         return state if state is not None and time.monotonic() - state.at < FRESH_S else None
 
     def forget(self, article_ids: Iterable[str]) -> None:
         """Drop the states of articles this process just wrote: the next read asks the engine."""
-        for aid in article_ids:
-            self._states.pop(aid, None)
+        with self._lock:
+            for aid in article_ids:
+                self._states.pop(aid, None)
 
     # -- sentences ----------------------------------------------------------------------------------
     def sentences(self, article_id: str, gen: str) -> list[str] | None:
-        found = self._sentences.get((article_id, gen))
-        if found is not None:
-            self._sentences.move_to_end((article_id, gen))
-        return found
+        with self._lock:
+            found = self._sentences.get((article_id, gen))
+            if found is not None:
+                self._sentences.move_to_end((article_id, gen))
+            return found
 
     def keep_sentences(self, article_id: str, gen: str, sentences: list[str]) -> None:
         key = (article_id, gen)
-        old = self._sentences.pop(key, None)
-        if old is not None:
-            self._chars -= _chars(old)
-        self._sentences[key] = sentences
-        self._chars += _chars(sentences)
-        while self._chars > self.chars_max and len(self._sentences) > 1:
-            _, dropped = self._sentences.popitem(last=False)
-            self._chars -= _chars(dropped)
+        with self._lock:
+            old = self._sentences.pop(key, None)
+            if old is not None:
+                self._chars -= _chars(old)
+            self._sentences[key] = sentences
+            self._chars += _chars(sentences)
+            while self._chars > self.chars_max and len(self._sentences) > 1:
+                _, dropped = self._sentences.popitem(last=False)
+                self._chars -= _chars(dropped)
 
 
 def _chars(sentences: Sequence[str]) -> int:
