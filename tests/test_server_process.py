@@ -454,16 +454,14 @@ def test_a_link_asks_its_question_and_asking_makes_a_link_in_chromium(
         # Each answer's confidence is shown next to it, "low" muted with what it means; none: no badge.
         badge = driver.find_element(By.ID, "confidence")
         assert not badge.is_displayed()
-        driver.execute_script(
-            "draw(arguments[0])", {**no_head, "confidence": {"level": "low", "p": 0.03, "votes": 1, "neighbours": 20}}
-        )
+        low = {"level": "low", "p": 0.03, "votes": 1, "neighbours": 20}
+        driver.execute_script("draw(arguments[0])", {**no_head, "confidence": low})
         assert (
             badge.is_displayed() and badge.text == "low confidence" and "low" in badge.get_attribute("class")
         )
         assert badge.get_attribute("title").startswith("low: answers in this band were right rarely")
-        driver.execute_script(
-            "draw(arguments[0])", {**no_head, "confidence": {"level": "high", "p": 0.5, "votes": 9, "neighbours": 20}}
-        )
+        high = {"level": "high", "p": 0.5, "votes": 9, "neighbours": 20}
+        driver.execute_script("draw(arguments[0])", {**no_head, "confidence": high})
         assert badge.text == "high confidence" and "low" not in badge.get_attribute("class")
         driver.execute_script("draw(arguments[0])", no_head)
         assert not badge.is_displayed()
