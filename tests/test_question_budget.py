@@ -132,10 +132,10 @@ def test_query_file_says_how_many_answers_were_partial(
 
     asked = tmp_path / "questions.tsv"
     asked.write_text("".join(f"{q.text}\t{q.subject}\n" for q in map(own_question, facts[:3])))
-    args = ["query", "--file", str(asked), "--index", str(lazy_copy.index), "--json", "--no-progress"]
+    args = ["query", "--file", str(asked), "--index", str(lazy_copy.index), "--no-progress"]
     run = CliRunner().invoke(main, [*args, "--budget", "2"])
     assert run.exit_code == 0, run.output
-    assert len(run.stdout.splitlines()) == 3  # the JSON lines alone: the summary goes to stderr
+    assert "answers partial" not in run.stdout  # the answers alone on stdout: the summary goes to stderr
     assert (
         run.stderr.strip()
         .splitlines()[-1]
@@ -145,6 +145,9 @@ def test_query_file_says_how_many_answers_were_partial(
     )
     whole = CliRunner().invoke(main, [*args, "--exact"])
     assert "0 of 3 answers partial: every article they searched was encoded whole" in whole.stderr
+    # JSON lines stay JSON lines: each answer carries "partial" and "coverage" for a program to count.
+    as_json = CliRunner().invoke(main, [*args, "--budget", "2", "--json"])
+    assert "answers partial" not in as_json.output and len(as_json.stdout.splitlines()) == 3
 
 
 def test_a_server_allows_its_own_count_only_with_its_clock() -> None:

@@ -179,8 +179,9 @@ def _answer_here(
     finally:
         bar.close()
         searcher.close()
-    # Each answer says whether it is partial; over a file, how many were (and how starved) is one line.
-    summary = render_batch_coverage(coverages) if len(coverages) > 1 else ""
+    # Each answer says whether it is partial; over a file, how many were (and how starved) is one line
+    # (JSON answers carry "partial" and "coverage" for a program to count; its stdout stays JSON lines).
+    summary = render_batch_coverage(coverages) if len(coverages) > 1 and not as_json else ""
     if summary:
         click.echo(summary, err=True)
 
