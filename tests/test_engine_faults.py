@@ -632,6 +632,99 @@ def test_an_add_survives_a_node_loss(
     assert_same_index(trio_index, index_copy, [*questions(facts), *NEW_QUESTIONS])
 
 
+def three_shard_index(config: Config, corpus: Path) -> None:
+    """``corpus`` ingested into ``config``'s engine with the contexts in 3 shards of 1 replica."""
+    shipped = engine_bodies.load_mapping
+
+    def three_shards(name: str) -> dict[str, Any]:
+        body = shipped(name)
+        if name.endswith("-contexts"):
+            body["settings"]["index"].update(number_of_shards=3, number_of_replicas=1)
+        return body
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_bodies, "load_mapping", three_shards)
+        ingest(corpus, config, progress=False)
+
+
+def test_node_0_lost_during_an_add_given_every_node_url(
+    trio: Cluster,
+    base_config: Config,
+    corpus: Path,
+    index_copy: Config,
+    facts: list[Fact],
+    tmp_path: Path,
+    fault_engine: str,
+    monkeypatch: pytest.MonkeyPatch,
+    report: Callable[[str], None],
+    request: pytest.FixtureRequest,
+) -> None:
+    """The client given every node's URL (a comma list): node 0, the one a single-URL client talks to,
+    killed (kill -9) as an add starts writing. The add completes with the two nodes left, questions answer
+    as before, and once the node is back the index equals an uninterrupted add on an embedded index.
+    (With one URL such an add stopped after 18 s of retries while two nodes held a copy of every shard,
+    and a comma list was a traceback.)"""
+    if fault_engine == "opensearch":
+        # Not a fault of the client (it moves on to nodes 1 and 2): in 2 of 3 runs, nodes 1 and 2 logged
+        # "failed to apply mappings: [index.version.created] is not present in the index settings" for
+        # the contexts index as node 0, the cluster manager, died, and failed its shards, so no primary
+        # was active for 5 minutes; the third run completed. Elasticsearch completed the add (10.8 s).
+        request.applymarker(
+            pytest.mark.xfail(reason="OpenSearch k-NN may fail contexts shards as its manager dies")
+        )
+    heal(trio)
+    new = write_new_articles(tmp_path / "new.jsonl")
+    assert add_articles(new, index_copy, progress=False).articles == len(NEW_ARTICLES)  # the reference
+    single = engine_cfg(base_config, fault_engine, trio.node_url(0))
+    three_shard_index(single, corpus)
+    wait_green(trio, ",".join(index_names(single.opensearch_prefix).values()))
+    every = ",".join(trio.node_url(i) for i in range(trio.nodes))
+    config = single.replace(**{f"{fault_engine}_url": every})
+    kb = [q for q in questions(facts) if q.subject]
+    searcher = Searcher.open(config)
+    before = searcher.score_batch(kb)
+    bulk = EngineBackend._bulk
+    killed: list[float] = []
+
+    def watched_bulk(self: EngineBackend, what: str, actions: Any) -> None:
+        if what == "write contexts" and not killed:
+            trio.kill(0)  # the node every client talked to
+            killed.append(time.monotonic())
+        bulk(self, what, actions)
+
+    monkeypatch.setattr(EngineBackend, "_bulk", watched_bulk)
+    took, slowest, healed = float("nan"), 0.0, float("nan")
+    try:
+        started = time.monotonic()
+        try:
+            summary = add_articles(new, config, progress=False)
+        except BackendError as exc:
+            pytest.fail(f"the add stopped with node 0 lost: {exc} ({nodes_state(trio)})")
+        took = time.monotonic() - started
+        assert killed, "the add never wrote"
+        assert summary.articles == len(NEW_ARTICLES)
+        monkeypatch.undo()
+        for q, b in zip(kb, before):
+            asked = time.monotonic()
+            a = searcher.score_batch([q])[0]
+            slowest = max(slowest, time.monotonic() - asked)
+            assert_same(b, a, f"{q.text} (node 0 killed)")
+        scored = searcher.score_batch(NEW_QUESTIONS[:1])[0]
+        assert searcher.encoder.vocab[int(np.argmax(scored.p_knn))] == "oskavel"
+    finally:
+        monkeypatch.undo()
+        searcher.close()
+        healed = heal(trio)
+        report(
+            f"{fault_engine}: node 0 killed as an add given every node's URL wrote: the add completed in"
+            f" {took:.1f} s; slowest question after {slowest:.2f} s; restart to green {healed:.1f} s"
+        )
+    try:
+        assert_same_index(single, index_copy, [*questions(facts), *NEW_QUESTIONS])
+    finally:
+        http(trio.node_url(0), "DELETE", "/" + ",".join(index_names(single.opensearch_prefix).values()))
+
+
 def test_a_question_never_answers_from_part_of_the_contexts(
     trio: Cluster, trio_index: Config, facts: list[Fact], monkeypatch: pytest.MonkeyPatch
 ) -> None:
