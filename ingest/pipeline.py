@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bertknn_search.backends import open_backend, record_limits
+from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import Encoder
@@ -27,6 +27,7 @@ from bertknn_search.errors import (
     StoreWriteError,
     Terminated,
 )
+from bertknn_search.ingest import record_limits
 from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, make_rows
 from bertknn_search.ingest.prepare import (
     PreparedArticle,

@@ -17,10 +17,10 @@ import pytest
 
 from bertknn_search.backends import open_backend
 from bertknn_search.backends.engines.dialect import MAX_ARTICLE_BYTES
-from bertknn_search.backends.record_limits import MAX_ID_BYTES, MAX_TITLE_BYTES
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
 from bertknn_search.ingest.pipeline import ingest
+from bertknn_search.ingest.record_limits import MAX_ID_BYTES, MAX_TITLE_BYTES
 from tests.conftest import drop_indices, engine_config
 
 pytestmark = pytest.mark.reliability
