@@ -96,6 +96,13 @@ def vocab_mask(searcher: Searcher, words: Collection[str]) -> Candidates:
     return Candidates(mask, frozenset(v for v in values if is_word(v)))
 
 
+def _special_token(searcher: Searcher, word: str) -> bool:
+    """Whether ``word`` is one special token of the model's vocabulary ("[MASK]", "[CLS]", ...)."""
+    tok = searcher.encoder.tokenizer
+    ids = tok(word, add_special_tokens=False)["input_ids"]
+    return len(ids) == 1 and ids[0] != tok.unk_token_id and not searcher.answerable[ids[0]]
+
+
 def prepare(
     searcher: Searcher, facts: Sequence[Fact], allowed: Candidates | None
 ) -> tuple[list[Prepared], list[tuple[Fact, str]]]:
@@ -111,10 +118,9 @@ def prepare(
         gold = tuple(dict.fromkeys(i for i in ids if i is not None))
         reason = None
         if ids[0] is None:
-            # LAMA's rule: the main object must be one token; a whole-word index takes one word.
-            reason = NOT_ONE_TOKEN
-        elif not is_word(ids[0]) and not searcher.answerable[ids[0]]:
-            reason = SPECIAL_ANSWER
+            # LAMA's rule: the main object must be one token; a whole-word index takes one word. A special
+            # token ("[MASK]", "[CLS]") is one token too, but never ranked (``Searcher.value`` gives None).
+            reason = SPECIAL_ANSWER if _special_token(searcher, fact.answers[0]) else NOT_ONE_TOKEN
         elif allowed is not None and ids[0] not in allowed:
             reason = NOT_IN_COMMON_VOCAB
         else:
