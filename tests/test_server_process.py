@@ -459,7 +459,9 @@ def test_a_link_asks_its_question_and_asking_makes_a_link_in_chromium(
         assert (
             badge.is_displayed() and badge.text == "low confidence" and "low" in badge.get_attribute("class")
         )
-        assert badge.get_attribute("title").startswith("low: answers in this band were right rarely")
+        title = badge.get_attribute("title")
+        assert title.startswith("low: such answers were right rarely")
+        assert "(p 0.03; 1 of 20 neighbours)" in title
         high = {"level": "high", "p": 0.5, "votes": 9, "neighbours": 20}
         driver.execute_script("draw(arguments[0])", {**no_head, "confidence": high})
         assert badge.text == "high confidence" and "low" not in badge.get_attribute("class")
