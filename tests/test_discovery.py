@@ -15,10 +15,8 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from click.testing import CliRunner
 
 from bertknn_search.cli import main
 from bertknn_search.server import discovery
+from tests.loopback import LoopbackServer, QuietHandler
 
 QUESTION = "Zorblat was born in [MASK]."
 NONCE = "0123456789abcdef0123456789abcdef"
@@ -108,14 +107,14 @@ def stand_in(tmp_path: Path) -> Iterator[StandIn]:
     server.close()
 
 
-class Recorder:
+class Recorder(LoopbackServer):
     """Any HTTP server on 127.0.0.1 that records what reaches it (a forged file's target)."""
 
     def __init__(self, status: int = 200, location: str | None = None) -> None:
         self.seen: list[tuple[str, str, str | None]] = []
         seen = self.seen
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 self.rfile.read(length)
@@ -131,16 +130,7 @@ class Recorder:
 
             do_GET = do_POST = _answer
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

@@ -11,9 +11,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from click.testing import CliRunner
 
 from bertknn_search.cli import main
 from bertknn_search.server import discovery
+from tests.loopback import LoopbackServer, QuietHandler
 
 HEAVY = ("numpy", "torch", "transformers", "pydantic", "fastapi", "scipy", "pyarrow", "faiss")
 # Runs the CLI in a fresh interpreter, as the program would, and says which heavy modules it imported.
@@ -49,7 +48,7 @@ def imported(*args: str, env: dict[str, str] | None = None) -> list[str]:
     return list(json.loads(line.removeprefix("HEAVY=")))
 
 
-class FakeServer:
+class FakeServer(LoopbackServer):
     """A stand-in for ``serve`` on 127.0.0.1: records each request's path and Authorization header;
     /stats says ``limits`` and /query answers nothing (an empty list)."""
 
@@ -57,7 +56,7 @@ class FakeServer:
         self.seen: list[tuple[str, str | None, int]] = []  # path, Authorization, questions
         seen, stats = self.seen, {"server": {"limits": limits}}
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _reply(self, body: Any) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(200)
@@ -75,16 +74,7 @@ class FakeServer:
                 seen.append((self.path, self.headers.get("Authorization"), len(body["questions"])))
                 self._reply({"answers": []})
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture
