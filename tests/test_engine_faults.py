@@ -380,17 +380,7 @@ def trio(
 def trio_index(trio: Cluster, fault_engine: str, base_config: Config, corpus: Path) -> Config:
     """The corpus ingested (eager) on the 3-node cluster, contexts in 3 shards with 1 replica; green."""
     config = engine_cfg(base_config, fault_engine, trio.node_url(CLIENT_NODE))
-    shipped = engine_bodies.load_mapping
-
-    def three_shards(name: str) -> dict[str, Any]:
-        body = shipped(name)
-        if name.endswith("-contexts"):
-            body["settings"]["index"].update(number_of_shards=3, number_of_replicas=1)
-        return body
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_bodies, "load_mapping", three_shards)
-        ingest(corpus, config, progress=False)
+    three_shard_index(config, corpus)
     names = index_names(config.opensearch_prefix)
     settings = http(config_url(config), "GET", f"/{names['contexts']}/_settings?flat_settings=true")
     held = settings[names["contexts"]]["settings"]
