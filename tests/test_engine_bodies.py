@@ -490,22 +490,42 @@ def test_parse_articles_reads_score_from_sort_when_absent() -> None:
 
 
 def test_settings_to_restore() -> None:
-    response = {
+    names = {"articles": "a", "contexts": "c"}
+    settings = {
         "a": {"settings": {"index": {"number_of_replicas": "1", "refresh_interval": "5s"}}},
         "c": {"settings": {"index": {"number_of_replicas": "0", "refresh_interval": "-1"}}},
     }
     saved = {"refresh_interval": "30s", "number_of_replicas": "2"}
-    mappings = {"c": {"mappings": {"_meta": bodies.meta_with_restore(META_DOC, saved, "writer-1")}}}
-    assert bodies.restore_owner(mappings["c"]["mappings"]["_meta"]) == "writer-1"
-    # A saved record (an add died in bulk mode) wins over the bulk values it finds.
-    assert bodies.settings_to_restore(response, mappings, ["a", "c"]) == {
+    record = bodies.meta_with_restore(META_DOC, {"c": saved}, "writer-1")
+    state = {"a": settings["a"] | {"mappings": {"_meta": record}}, "c": settings["c"]}
+    assert bodies.restore_owner(record) == "writer-1"
+    # The record in the articles index's _meta (an add died in bulk mode) wins over the bulk values.
+    assert bodies.settings_to_restore(state, names) == {
         "a": {"refresh_interval": "5s", "number_of_replicas": "1"},
         "c": saved,
     }
     # Bulk values and no record: back to the defaults, never "0" replicas for good.
-    assert bodies.settings_to_restore(response, {}, ["c"]) == {
-        "c": {"refresh_interval": None, "number_of_replicas": None}
+    assert bodies.settings_to_restore(settings, names)["c"] == {
+        "refresh_interval": None,
+        "number_of_replicas": None,
     }
+
+
+def test_settings_to_restore_reads_an_older_versions_record_in_each_index() -> None:
+    """Before the one record in the articles index, each index kept its own: ``{"owner", "settings"}``."""
+    names = {"articles": "a", "contexts": "c"}
+    old = {"refresh_interval": "30s", "number_of_replicas": "2"}
+    own = {**META_DOC, bodies.RESTORE_KEY: {"owner": "older", "settings": old}}
+    bulk = {"settings": {"index": {"number_of_replicas": "2", "refresh_interval": "-1"}}}
+    state = {
+        "a": {"settings": {"index": {"number_of_replicas": "1"}}},
+        "c": bulk | {"mappings": {"_meta": own}},
+    }
+    assert bodies.settings_to_restore(state, names)["c"] == old
+    # A new record beside it (written before the old one was dropped) holds the same values, and wins.
+    newer = {"refresh_interval": "10s", "number_of_replicas": "3"}
+    state["a"]["mappings"] = {"_meta": bodies.meta_with_restore(META_DOC, {"c": newer}, "w")}
+    assert bodies.settings_to_restore(state, names)["c"] == newer
 
 
 def test_restore_record_is_not_part_of_the_index_metadata() -> None:

@@ -10,6 +10,7 @@ the dialects' (``dialect.py``, ``opensearch.py``, ``elasticsearch.py``).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -316,16 +317,26 @@ class EngineBackend(EngineContextSide):
             raise BackendError(bulk_error_message(self.dialect.title, what, self.url, failures, total))
 
     def _enter_bulk_mode(self) -> None:
+        """Record both indices' settings in the articles index's ``_meta``, then apply the bulk values.
+
+        Three requests: one read of both indices (settings and mappings), one mapping update of the
+        articles index, one settings update of both; the contexts index's mapping only where an older
+        version left its own record there (moved here, then dropped there).
+        """
         if self._restore is not None:
             return
         indices = ",".join(self.names.values())
-        current = self._call("read index settings", lambda: self.client.indices.get_settings(index=indices))
-        mappings = self._call("read index metadata", lambda: self.client.indices.get_mapping(index=indices))
-        restore = bodies.settings_to_restore(current, mappings, list(self.names.values()))
+        state = self._call("read index settings", lambda: self.client.indices.get(index=indices))
+        restore = bodies.settings_to_restore(state, self.names)
         # Record the values to restore in the cluster first: if this process dies, the next add finds them.
         # The last writer to enter holds the record; only the holder removes it when it is done.
-        for name, values in restore.items():
-            self._put_meta(name, mappings, values)
+        self._put_meta(bodies.meta_of(state, self.names["articles"]), restore)
+        contexts = self.names["contexts"]
+        old = bodies.meta_of(state, contexts)
+        if bodies.RESTORE_KEY in old:  # an older version's record: its values are in the one just written
+            body = {"_meta": bodies.meta_with_restore(old, None)}
+            put = self.client.indices.put_mapping
+            self._call("record index settings", lambda: put(index=contexts, body=body))
         self._call(
             "apply bulk-load settings",
             lambda: self.client.indices.put_settings(index=indices, body={"index": BULK_SETTINGS}),
@@ -345,10 +356,11 @@ class EngineBackend(EngineContextSide):
         self._call("add the popularity field", lambda: put(index=name, body=body))
         self._has_popularity = True
 
-    def _put_meta(self, name: str, mappings: dict[str, Any], restore: dict[str, Any] | None) -> None:
-        meta = mappings.get(name, {}).get("mappings", {}).get("_meta", {})
+    def _put_meta(self, meta: dict[str, Any], restore: dict[str, dict[str, Any]] | None) -> None:
+        """The articles index's ``_meta`` (read as ``meta``) with this writer's restore record, or none."""
         body = {"_meta": bodies.meta_with_restore(meta, restore, self._token)}
-        self._call("record index settings", lambda: self.client.indices.put_mapping(index=name, body=body))
+        name, put = self.names["articles"], self.client.indices.put_mapping
+        self._call("record index settings", lambda: put(index=name, body=body))
 
     # -- reading ----------------------------------------------------------------------------------
     def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
@@ -537,21 +549,21 @@ class EngineBackend(EngineContextSide):
         """Put back the settings bulk loading changed, then close the connections."""
         try:
             if self._restore is not None:
+                # One request per distinct set of values: both indices at once where they had the same.
+                groups: dict[str, list[str]] = {}
                 for name, settings in self._restore.items():
-                    self._call(
-                        "restore index settings",
-                        lambda name=name, settings=settings: self.client.indices.put_settings(
-                            index=name, body={"index": settings}
-                        ),
-                    )
-                indices = ",".join(self._restore)
+                    groups.setdefault(json.dumps(settings, sort_keys=True), []).append(name)
+                put = self.client.indices.put_settings
+                for values, group in groups.items():
+                    index, body = ",".join(group), {"index": json.loads(values)}
+                    self._call("restore index settings", lambda i=index, b=body: put(index=i, body=b))
+                articles = self.names["articles"]
                 mappings = self._call(
-                    "read index metadata", lambda: self.client.indices.get_mapping(index=indices)
+                    "read index metadata", lambda: self.client.indices.get_mapping(index=articles)
                 )
-                for name in self._restore:
-                    meta = mappings.get(name, {}).get("mappings", {}).get("_meta", {})
-                    if bodies.restore_owner(meta) == self._token:  # a later writer may still need it
-                        self._put_meta(name, mappings, None)
+                meta = bodies.meta_of(mappings, articles)
+                if bodies.restore_owner(meta) == self._token:  # a later writer may still need it
+                    self._put_meta(meta, None)
             self._restore = None
         finally:
             self.client.close()

@@ -59,7 +59,7 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
     """
     found = [response.get(names[kind], {}).get("mappings", {}).get("_meta") for kind in KINDS]
     if all(isinstance(m, dict) for m in found):
-        found = [meta_with_restore(m, None) for m in found]  # each index keeps its own restore record
+        found = [meta_with_restore(m, None) for m in found]  # a restore record is not metadata
     if not all(isinstance(m, dict) for m in found):
         raise IndexCorruptError(
             f"indices at {where} have no bertknn-search metadata (_meta); they were not made by"
@@ -389,28 +389,35 @@ def stats_body(parts: bool = False) -> dict[str, Any]:
     return {"size": 0, "track_total_hits": True, "aggs": aggs}
 
 
-# The key of ``_meta`` that holds an index's own settings while a bulk load has changed them. It is
-# written before the change and removed after the restore, so an add that dies in between leaves the
-# original values behind for the next one, instead of the bulk values (no refresh, no replicas).
+# The key of the articles index's ``_meta`` that holds both indices' own settings while a bulk load has
+# changed them. It is written before the change and removed after the restore, so an add that dies in
+# between leaves the original values behind for the next one, instead of the bulk values (no refresh).
+# One record in one index: the contexts index's mapping is never updated after it is made (OpenSearch's
+# k-NN 2.19.1 fails a graph-less shard on a mapping update). Older versions kept one record per index,
+# ``{"owner", "settings"}`` in each index's own ``_meta``: those are still read, and moved.
 RESTORE_KEY = "bulk_restore"
 
 
-def settings_to_restore(
-    settings: dict[str, Any], mappings: dict[str, Any], names: list[str]
-) -> dict[str, dict[str, Any]]:
-    """The values to put back after bulk loading (None: the default), per index.
+def settings_to_restore(state: dict[str, Any], names: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The values to put back after bulk loading (None: the default), per index name.
 
     Args:
-        settings: a get-settings response for ``names``.
-        mappings: a get-mapping response for ``names``; a saved ``_meta.bulk_restore`` wins.
+        state: a get-index response for both indices (their settings and mappings).
+        names: the index names by kind (``index_names``); the record in the articles index's ``_meta``
+            wins, then an older version's record in an index's own ``_meta``, then its current settings.
     """
+    record = meta_of(state, names["articles"]).get(RESTORE_KEY)
+    saved = record.get("indices") if isinstance(record, dict) else None
     restore = {}
-    for name in names:
-        saved = mappings.get(name, {}).get("mappings", {}).get("_meta", {}).get(RESTORE_KEY)
-        if isinstance(saved, dict) and isinstance(saved.get("settings"), dict):
-            restore[name] = saved["settings"]
+    for name in names.values():
+        if isinstance(saved, dict) and isinstance(saved.get(name), dict):
+            restore[name] = saved[name]
             continue
-        current = settings.get(name, {}).get("settings", {}).get("index", {})
+        own = meta_of(state, name).get(RESTORE_KEY)
+        if isinstance(own, dict) and isinstance(own.get("settings"), dict):
+            restore[name] = own["settings"]
+            continue
+        current = state.get(name, {}).get("settings", {}).get("index", {})
         if current.get("refresh_interval") == "-1":
             # Bulk values with no record of what they replaced: the defaults are the safe guess
             # (keeping "0" replicas would leave a serving index without copies for good).
@@ -423,18 +430,25 @@ def settings_to_restore(
     return restore
 
 
+def meta_of(state: dict[str, Any], name: str) -> dict[str, Any]:
+    """Index ``name``'s ``_meta`` in a get-index or get-mapping response ({} if none)."""
+    meta = state.get(name, {}).get("mappings", {}).get("_meta", {})
+    return meta if isinstance(meta, dict) else {}
+
+
 def restore_owner(meta: dict[str, Any]) -> str | None:
-    """The writer that holds an index's restore record, if any."""
+    """The writer that holds the restore record in ``meta`` (an articles index's ``_meta``), if any."""
     saved = meta.get(RESTORE_KEY)
     return saved.get("owner") if isinstance(saved, dict) else None
 
 
 def meta_with_restore(
-    meta: dict[str, Any], restore: dict[str, Any] | None, owner: str | None = None
+    meta: dict[str, Any], restore: dict[str, dict[str, Any]] | None, owner: str | None = None
 ) -> dict[str, Any]:
-    """``meta`` with the bulk-load restore record (settings and the writer holding it), or without."""
+    """``meta`` with the bulk-load restore record (every index's settings by name, and the writer
+    holding it), or without any record (None)."""
     out = {k: v for k, v in meta.items() if k != RESTORE_KEY}
-    return out if restore is None else {**out, RESTORE_KEY: {"owner": owner, "settings": restore}}
+    return out if restore is None else {**out, RESTORE_KEY: {"owner": owner, "indices": restore}}
 
 
 def parse_articles(response: dict[str, Any]) -> list[ArticleHit]:

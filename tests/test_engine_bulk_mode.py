@@ -1,0 +1,93 @@
+"""Bulk mode on real OpenSearch and Elasticsearch nodes: the one restore record in the articles index.
+
+While an add runs, both indices run without periodic refresh, and the values to put back are recorded
+in the articles index's ``_meta`` only: the contexts index's mapping is never updated after it is made
+(OpenSearch's k-NN 2.19.1 fails a graph-less shard on a mapping update). Older versions recorded each
+index's values in its own ``_meta``; such a record is still restored, and removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bertknn_search.backends.engines import bodies
+from bertknn_search.backends.engines.backend import EngineBackend
+from bertknn_search.config import Config
+from tests.conftest import drop_indices, engine_config
+from tests.test_engine_backend import ARTICLES, META, NO_WAIT, raw
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(EngineBackend, "retry", NO_WAIT)
+
+
+@pytest.fixture
+def config(engines: Any, engine_name: str) -> Iterator[Config]:
+    made = engine_config(Config(), engines, engine_name, "bk-bulk")
+    drop_indices(made)
+    yield made
+    drop_indices(made)
+
+
+def index_meta(config: Config, kind: str) -> dict[str, Any]:
+    name = bodies.index_names(config.opensearch_prefix)[kind]
+    return dict(raw(config).indices.get_mapping(index=name)[name]["mappings"].get("_meta", {}))
+
+
+def index_settings(config: Config, kind: str) -> tuple[str | None, str]:
+    name = bodies.index_names(config.opensearch_prefix)[kind]
+    found = raw(config).indices.get_settings(index=name)[name]["settings"]["index"]
+    return found.get("refresh_interval"), found["number_of_replicas"]
+
+
+def test_an_add_never_updates_the_contexts_mapping(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = EngineBackend.create(config, META)
+    contexts = bodies.index_names(config.opensearch_prefix)["contexts"]
+    updated: list[str] = []
+    real_put = backend.client.indices.put_mapping
+
+    def put_mapping(**kwargs: Any) -> Any:
+        updated.append(str(kwargs.get("index")))
+        return real_put(**kwargs)
+
+    monkeypatch.setattr(backend.client.indices, "put_mapping", put_mapping)
+    backend.add_articles(ARTICLES[:1])
+    # The record of both indices' values is in the articles index's _meta, none in the contexts'.
+    record = index_meta(config, "articles")[bodies.RESTORE_KEY]
+    assert set(record["indices"]) == set(bodies.index_names(config.opensearch_prefix).values())
+    assert bodies.RESTORE_KEY not in index_meta(config, "contexts")
+    backend.add_articles(ARTICLES[1:])
+    backend.close()
+    assert updated and not [name for name in updated if contexts in name.split(",")]
+    assert bodies.RESTORE_KEY not in index_meta(config, "articles")
+    assert EngineBackend.open(config).meta() == META
+
+
+@pytest.mark.reliability
+def test_the_record_an_older_version_left_in_the_contexts_index_is_restored_and_removed(
+    config: Config,
+) -> None:
+    EngineBackend.create(config, META).close()
+    contexts = bodies.index_names(config.opensearch_prefix)["contexts"]
+    client = raw(config)
+    # An older version's add died in bulk mode: its record in the contexts index's own _meta.
+    client.indices.put_settings(
+        index=contexts, body={"index": {"refresh_interval": "-1", "number_of_replicas": 2}}
+    )
+    old = {"owner": "older", "settings": {"refresh_interval": "7s", "number_of_replicas": "2"}}
+    client.indices.put_mapping(
+        index=contexts, body={"_meta": {**index_meta(config, "contexts"), bodies.RESTORE_KEY: old}}
+    )
+
+    backend = EngineBackend.open(config)
+    backend.add_articles(ARTICLES[:1])
+    assert bodies.RESTORE_KEY not in index_meta(config, "contexts")  # moved to the articles index
+    assert index_meta(config, "articles")[bodies.RESTORE_KEY]["indices"][contexts] == old["settings"]
+    backend.close()
+    assert index_settings(config, "contexts") == ("7s", "2")
+    assert bodies.RESTORE_KEY not in index_meta(config, "articles")
+    assert EngineBackend.open(config).meta() == META
