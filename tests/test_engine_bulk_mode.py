@@ -1,4 +1,5 @@
-"""Bulk mode on real OpenSearch and Elasticsearch nodes: the one restore record in the articles index.
+"""Bulk mode on real OpenSearch and Elasticsearch nodes: the one restore record in the articles index,
+a run of writes that refreshes once, the article docs of one write sent as parallel requests.
 
 While an add runs, both indices run without periodic refresh, and the values to put back are recorded
 in the articles index's ``_meta`` only: the contexts index's mapping is never updated after it is made
@@ -8,16 +9,19 @@ index's values in its own ``_meta``; such a record is still restored, and remove
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from bertknn_search.backends.engines import backend as engine_module
 from bertknn_search.backends.engines import bodies
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.config import Config
+from bertknn_search.records import Article, EncodedArticle
 from tests.conftest import drop_indices, engine_config
-from tests.test_engine_backend import ARTICLES, META, NO_WAIT, raw
+from tests.test_engine_backend import ARTICLES, META, NO_WAIT, patch_bulk, raw
 
 
 @pytest.fixture(autouse=True)
@@ -91,3 +95,81 @@ def test_the_record_an_older_version_left_in_the_contexts_index_is_restored_and_
     assert index_settings(config, "contexts") == ("7s", "2")
     assert bodies.RESTORE_KEY not in index_meta(config, "articles")
     assert EngineBackend.open(config).meta() == META
+
+
+LAZY = dataclasses.replace(META, contexts="lazy")
+
+
+def text_only(aid: str, title: str, fingerprint: str = "t1") -> EncodedArticle:
+    """An article as a lazy ingest writes it: its text, no contexts."""
+    return EncodedArticle(Article(aid, title, f"{title} is a place in Zorbland."), None, fingerprint)
+
+
+def spy_refreshes(backend: EngineBackend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    refreshed: list[str] = []
+    real = backend.client.indices.refresh
+
+    def refresh(**kwargs: Any) -> Any:
+        refreshed.append(str(kwargs.get("index")))
+        return real(**kwargs)
+
+    monkeypatch.setattr(backend.client.indices, "refresh", refresh)
+    return refreshed
+
+
+def test_a_run_of_text_only_writes_refreshes_once_at_its_end(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = EngineBackend.create(config, LAZY)
+    refreshed = spy_refreshes(backend, monkeypatch)
+    with backend.bulk(100, 10_000):
+        backend.add_articles([text_only("1", "Quimby"), text_only("2", "Flarn")])
+        backend.add_articles([text_only("3", "Zorbland")])
+        # Each write is whole and read by id at once (a resumed ingest skips it); searched at the end.
+        assert backend.fingerprints(["1", "2", "3"]) == {"1": "t1", "2": "t1", "3": "t1"}
+        assert refreshed == []
+    assert refreshed == [bodies.index_names(config.opensearch_prefix)["articles"]]
+    assert sorted(hit.id for hit in backend.search_articles("zorbland place", 5)) == ["1", "2", "3"]
+    backend.close()
+
+
+def test_a_run_that_fails_still_makes_what_it_wrote_searchable(config: Config) -> None:
+    backend = EngineBackend.create(config, LAZY)
+    with pytest.raises(RuntimeError), backend.bulk(100, 10_000):
+        backend.add_articles([text_only("1", "Quimby")])
+        raise RuntimeError("the next chunk could not be read")
+    assert [hit.id for hit in backend.search_articles("quimby", 5)] == ["1"]
+    backend.close()
+
+
+def test_a_write_that_replaces_contexts_refreshes_at_once_inside_a_run(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its old contexts are deleted next: readers must see the new article doc before that."""
+    backend = EngineBackend.create(config, LAZY)
+    backend.add_articles(ARTICLES[:1])  # encoded contexts of article 1
+    refreshed = spy_refreshes(backend, monkeypatch)
+    with backend.bulk(100, 10_000):
+        backend.add_articles([text_only("1", "Zorbland", "t2")])
+        assert bodies.index_names(config.opensearch_prefix)["articles"] in refreshed
+        assert backend.fingerprints(["1"]) == {"1": "t2"}
+    backend.close()
+
+
+def test_the_article_docs_of_a_large_write_go_out_as_parallel_requests(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_module, "WRITER_MIN_DOCS", 2)
+    backend = EngineBackend.create(config, LAZY)
+    sent: list[int] = []
+    real_bulk = backend.client.bulk
+
+    def bulk(*args: Any, **kwargs: Any) -> Any:
+        sent.append(1)
+        return real_bulk(*args, **kwargs)
+
+    patch_bulk(monkeypatch, backend, bulk)
+    backend.add_articles([text_only(str(i), f"Place {i}") for i in range(6)])
+    assert len(sent) == engine_module.ARTICLE_WRITERS == 2
+    assert backend.stats().articles == 6
+    backend.close()

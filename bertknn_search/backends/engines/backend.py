@@ -10,16 +10,16 @@ the dialects' (``dialect.py``, ``opensearch.py``, ``elasticsearch.py``).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
     RetryPolicy,
     bulk_error_message,
@@ -52,15 +52,15 @@ T = TypeVar("T")
 # takes by default (http.max_content_length); fewer, larger requests cost less per doc than 500 each.
 BULK_CHUNK = 2000
 BULK_BYTES = 8 * 1024 * 1024
+# The article docs of one add go out as up to 2 bulk requests at once (each of at least 200 docs): the
+# engine indexes each request on one thread, and a node of 2 cores or more then indexes on two.
+ARTICLE_WRITERS = 2
+WRITER_MIN_DOCS = 200
 MGET_CHUNK = 1000
 GENERATION_RETRIES = 3  # searches of one kNN query while the articles it searches are being replaced
-# While an add runs: no periodic refresh (add_articles refreshes itself when a batch is complete); put
-# back by close(). Replicas stay: an add that dropped them would lose its shards with the first node
-# lost during it (the indices red, every question and re-run failing until the node came back).
-BULK_SETTINGS = {"refresh_interval": "-1"}
 
 
-class EngineBackend(EngineContextSide):
+class EngineBackend(EngineContextSide, EngineBulkMode):
     """The OpenSearch or Elasticsearch backend: ``<prefix>-articles`` and ``<prefix>-contexts``."""
 
     retry: ClassVar[RetryPolicy] = RetryPolicy()
@@ -74,6 +74,7 @@ class EngineBackend(EngineContextSide):
         self._meta = meta
         self._restore: dict[str, dict[str, Any]] | None = None  # settings to put back after bulk loading
         self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
+        self._in_run, self._unrefreshed = False, False  # a run of writes (``bulk``) and its refresh
         self._has_popularity = False  # in the articles mapping (read at open; older indexes lack it)
         self._has_parts = False  # the part fields likewise
         # What the last searches said of their articles (generation, title, coverage) and the sentences
@@ -101,9 +102,22 @@ class EngineBackend(EngineContextSide):
         client = connect(engine, config, cls.retry)  # checks what answers, once a process
         url = public_url(engine.connection(config).url or "")
         names = bodies.index_names(config.opensearch_prefix)
-        for kind, body in engine.create_bodies(bodies.meta_doc(meta), meta.dim).items():
-            create = _create_index(engine, client, names[kind], body)
-            call(f"create index {names[kind]}", url, create, cls.retry, engine)
+        made = engine.create_bodies(bodies.meta_doc(meta), meta.dim)
+        # Both at once: each waits for its shards to start, which the engine does in parallel.
+        with ThreadPoolExecutor(max_workers=len(made), thread_name_prefix="create") as pool:
+            done = [
+                pool.submit(
+                    call,
+                    f"create index {names[k]}",
+                    url,
+                    _create_index(engine, client, names[k], body),
+                    cls.retry,
+                    engine,
+                )
+                for k, body in made.items()
+            ]
+        for future in done:
+            future.result()
         backend = cls._open(client, config, engine)
         try:
             check_meta(backend.meta(), meta, backend.location)
@@ -170,7 +184,8 @@ class EngineBackend(EngineContextSide):
     def add_articles(
         self, items: Sequence[EncodedArticle], ir_fields: Mapping[str, tuple[str, str]] | None = None
     ) -> None:
-        """Write or replace ``items``; each article becomes visible whole, and is when this returns.
+        """Write or replace ``items``; each article becomes visible whole, and is when this returns
+        (inside a run of writes, ``bulk``, text-only articles that replace no contexts: when it ends).
 
         ``ir_fields`` is not used: the engine is sent the shared terms and indexes them itself.
 
@@ -190,7 +205,8 @@ class EngineBackend(EngineContextSide):
         dtype = self._meta.store_dtype
         keys, spans = self._has_key, self._has_spans
         self._cache.forget(i.article.id for i in latest)
-        if any(i.contexts is not None and len(i.contexts) for i in latest):  # a lazy ingest writes none
+        encoded = any(i.contexts is not None and len(i.contexts) for i in latest)  # a lazy ingest: none
+        if encoded:
             self._bulk(
                 "write contexts",
                 lambda: (a for i in latest for a in bodies.context_actions(i, contexts, dtype, keys)),
@@ -208,7 +224,13 @@ class EngineBackend(EngineContextSide):
                 bodies.article_action(i, articles, extra, spans, settled=i.article.id not in stale)
                 for i in latest
             ),
+            writers=ARTICLE_WRITERS,
         )
+        if self._in_run and not encoded and not stale:
+            # Nothing a reader sees changes but the new docs' arrival, each whole: one refresh at the
+            # run's end makes them all searchable, where each write of a lazy ingest refreshed before.
+            self._unrefreshed = True
+            return
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
         if not stale:
             return
@@ -234,10 +256,6 @@ class EngineBackend(EngineContextSide):
         if found is None:  # an answer without the count: every article settled after the delete
             return {i.article.id for i in items}
         return {b["key"] for b in found["buckets"]}
-
-    def bulk(self, write_articles: int, write_chars: int) -> AbstractContextManager[None]:
-        """Nothing to hold: each ``add_articles`` already sends bulk requests and refreshes once."""
-        return nullcontext()
 
     def delete_articles(self, article_ids: Sequence[str]) -> int:
         """Delete the article docs, then their contexts by query.
@@ -284,18 +302,23 @@ class EngineBackend(EngineContextSide):
                 f" the index dimension is {self._meta.dim}"
             )
 
-    def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]]) -> None:
+    def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]], writers: int = 1) -> None:
         """Send ``actions()`` with streaming_bulk, re-sending the whole batch after a network error.
 
         Ids are deterministic, so a re-sent batch overwrites what the first try stored, never duplicates.
+
+        Args:
+            writers: bulk requests in flight at once, each with a contiguous part of the actions (at
+                least ``WRITER_MIN_DOCS`` each): one engine thread indexes one request, and this process
+                prepares the next part's JSON while the engine indexes the first.
         """
         policy = self.retry
 
-        def send() -> tuple[int, list[dict[str, Any]]]:
+        def stream(part: Iterable[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
             total, failures = 0, []
             for ok, item in self.dialect.streaming_bulk(
                 self.client,
-                actions(),
+                part,
                 chunk_size=BULK_CHUNK,
                 max_chunk_bytes=BULK_BYTES,
                 raise_on_error=False,
@@ -306,6 +329,20 @@ class EngineBackend(EngineContextSide):
                 total += 1
                 if not ok:
                     failures.append(item)
+            return total, failures
+
+        def send() -> tuple[int, list[dict[str, Any]]]:
+            if writers > 1:
+                listed = list(actions())
+                n = max(1, min(writers, len(listed) // WRITER_MIN_DOCS))
+                size = -(-len(listed) // n)
+                with ThreadPoolExecutor(max_workers=n, thread_name_prefix="bulk") as pool:
+                    parts = list(
+                        pool.map(stream, [listed[i : i + size] for i in range(0, len(listed), size)])
+                    )
+                total, failures = sum(t for t, _ in parts), [f for _, part in parts for f in part]
+            else:
+                total, failures = stream(actions())
             lost = unavailable_shards(failures, total)
             if lost:  # a primary lost with its node, its replica not yet promoted: the batch again
                 raise PartialAnswer(lost)
@@ -315,33 +352,6 @@ class EngineBackend(EngineContextSide):
         total, failures = self._call(what, send, retry_429=False)
         if failures:
             raise BackendError(bulk_error_message(self.dialect.title, what, self.url, failures, total))
-
-    def _enter_bulk_mode(self) -> None:
-        """Record both indices' settings in the articles index's ``_meta``, then apply the bulk values.
-
-        Three requests: one read of both indices (settings and mappings), one mapping update of the
-        articles index, one settings update of both; the contexts index's mapping only where an older
-        version left its own record there (moved here, then dropped there).
-        """
-        if self._restore is not None:
-            return
-        indices = ",".join(self.names.values())
-        state = self._call("read index settings", lambda: self.client.indices.get(index=indices))
-        restore = bodies.settings_to_restore(state, self.names)
-        # Record the values to restore in the cluster first: if this process dies, the next add finds them.
-        # The last writer to enter holds the record; only the holder removes it when it is done.
-        self._put_meta(bodies.meta_of(state, self.names["articles"]), restore)
-        contexts = self.names["contexts"]
-        old = bodies.meta_of(state, contexts)
-        if bodies.RESTORE_KEY in old:  # an older version's record: its values are in the one just written
-            body = {"_meta": bodies.meta_with_restore(old, None)}
-            put = self.client.indices.put_mapping
-            self._call("record index settings", lambda: put(index=contexts, body=body))
-        self._call(
-            "apply bulk-load settings",
-            lambda: self.client.indices.put_settings(index=indices, body={"index": BULK_SETTINGS}),
-        )
-        self._restore = restore
 
     def _ensure_popularity_field(self) -> None:
         """Add ``popularity`` to an articles index made before it existed.
@@ -355,12 +365,6 @@ class EngineBackend(EngineContextSide):
         put = self.client.indices.put_mapping
         self._call("add the popularity field", lambda: put(index=name, body=body))
         self._has_popularity = True
-
-    def _put_meta(self, meta: dict[str, Any], restore: dict[str, dict[str, Any]] | None) -> None:
-        """The articles index's ``_meta`` (read as ``meta``) with this writer's restore record, or none."""
-        body = {"_meta": bodies.meta_with_restore(meta, restore, self._token)}
-        name, put = self.names["articles"], self.client.indices.put_mapping
-        self._call("record index settings", lambda: put(index=name, body=body))
 
     # -- reading ----------------------------------------------------------------------------------
     def fingerprints(self, article_ids: Sequence[str]) -> dict[str, str]:
@@ -548,23 +552,7 @@ class EngineBackend(EngineContextSide):
     def close(self) -> None:
         """Put back the settings bulk loading changed, then close the connections."""
         try:
-            if self._restore is not None:
-                # One request per distinct set of values: both indices at once where they had the same.
-                groups: dict[str, list[str]] = {}
-                for name, settings in self._restore.items():
-                    groups.setdefault(json.dumps(settings, sort_keys=True), []).append(name)
-                put = self.client.indices.put_settings
-                for values, group in groups.items():
-                    index, body = ",".join(group), {"index": json.loads(values)}
-                    self._call("restore index settings", lambda i=index, b=body: put(index=i, body=b))
-                articles = self.names["articles"]
-                mappings = self._call(
-                    "read index metadata", lambda: self.client.indices.get_mapping(index=articles)
-                )
-                meta = bodies.meta_of(mappings, articles)
-                if bodies.restore_owner(meta) == self._token:  # a later writer may still need it
-                    self._put_meta(meta, None)
-            self._restore = None
+            self._leave_bulk_mode()
         finally:
             self.client.close()
 

@@ -44,6 +44,9 @@ class OpenSearchDialect(Dialect):
             "max_retries": len(conn.hosts) - 1,
             "retry_on_status": (),
             "timeout": TIMEOUT_S,
+            # Connections kept per node (urllib3's pool, 1 by default): parallel bulk requests and a
+            # server's threads each hold one; beyond the pool each request would open its own.
+            "maxsize": 8,
             "http_compress": conn.remote,  # JSON vectors compress about 3x: worth it off this machine
             "verify_certs": conn.verify,
         }
