@@ -44,21 +44,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import io
 import json
-import os
 import re
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from bench_lazy import FRAGMENT, wikipedia_shaped
-from common import Progress, cache_dir, dir_bytes, environment, load_average, percentiles, write_results
+from common import Progress, cache_dir, dir_bytes, environment, load_average, write_results
+from engines_meter import Meter, cpu_seconds, instrumented, warm_latency
+from engines_serve import serve_latency, serve_lines
 
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import MASK
@@ -73,17 +71,6 @@ ENGINES = BACKENDS[1:]
 PREFIX = "bench"
 TARGET_P50_RATIO = 1.5  # the issue: a warm question on a real engine <= 1.5x embedded's p50
 TARGET_SHARE = 0.15  # the issue: the engine's share of an eager ingest <= 15%
-# The backend methods a question goes through (timed per question on the searcher's backend).
-QUERY_METHODS = (
-    "find_titles",
-    "search_articles",
-    "knn",
-    "sentences",
-    "titles",
-    "coverage",
-    "ensure_contexts",
-)
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # -- models ------------------------------------------------------------------------------------------
@@ -139,116 +126,6 @@ def make_questions(articles: list[Article], n: int, seed: int) -> list[Question]
         subject = article.title if len(out) % 2 == 0 else None
         out.append(Question(text[0].upper() + text[1:] + ".", subject))
     return out
-
-
-# -- instruments -------------------------------------------------------------------------------------
-class Meter:
-    """Seconds and calls per key, from any thread."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-        self.took_ms = 0.0  # the engine's own "took" of _bulk responses
-        self._lock = threading.Lock()
-
-    def add(self, key: str, seconds: float) -> None:
-        with self._lock:
-            self.seconds[key] = self.seconds.get(key, 0.0) + seconds
-            self.calls[key] = self.calls.get(key, 0) + 1
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            key: {"seconds": round(self.seconds[key], 4), "calls": self.calls[key]}
-            for key in sorted(self.seconds, key=lambda k: -self.seconds[k])
-        }
-
-
-def request_kind(method: str, path: str) -> str:
-    """``POST _bulk``, ``POST _refresh``, ``GET _mget``…: the request's verb and its last ``_`` word."""
-    words = [w for w in path.split("?")[0].split("/") if w]
-    named = [w for w in words if w.startswith("_")]
-    tail = "/".join(named) if named else ("index" if words else "/")
-    return f"{method} {tail}"
-
-
-@contextlib.contextmanager
-def patched(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, wrap(original))
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-def timing(meter: Meter, key: str | Callable[..., str]) -> Callable[[Any], Any]:
-    def wrap(original: Any) -> Any:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                meter.add(key(*args, **kwargs) if callable(key) else key, time.perf_counter() - started)
-
-        return timed
-
-    return wrap
-
-
-@contextlib.contextmanager
-def instrumented(meter: Meter) -> Iterator[None]:
-    """Time backends' writes and lookups, every HTTP request by kind, and the gzip of request bodies."""
-    import elastic_transport
-    import opensearchpy.transport
-    from opensearchpy.connection.base import Connection
-
-    from bertknn_search.backends.embedded.backend import EmbeddedBackend
-    from bertknn_search.backends.engines.backend import EngineBackend
-
-    inside = threading.local()  # whether this thread is inside add_articles
-
-    def writes(original: Any) -> Any:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            inside.add = True
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                meter.add("add_articles", time.perf_counter() - started)
-                inside.add = False
-
-        return timed
-
-    def transport(original: Any) -> Any:
-        def timed(self: Any, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                response = original(self, method, path, *args, **kwargs)
-            finally:
-                where = "add" if getattr(inside, "add", False) else "other"
-                meter.add(f"{where} http " + request_kind(method, path), time.perf_counter() - started)
-            body = getattr(response, "body", response)
-            if isinstance(body, dict) and path.split("?")[0].endswith("_bulk"):
-                meter.took_ms += float(body.get("took") or 0)
-            return response
-
-        return timed
-
-    with contextlib.ExitStack() as stack:
-        for cls in (EngineBackend, EmbeddedBackend):
-            stack.enter_context(patched(cls, "add_articles", writes))
-            stack.enter_context(patched(cls, "fingerprints", timing(meter, "fingerprints")))
-        stack.enter_context(patched(opensearchpy.transport.Transport, "perform_request", transport))
-        stack.enter_context(patched(elastic_transport.Transport, "perform_request", transport))
-        stack.enter_context(patched(Connection, "_gzip_compress", timing(meter, "gzip")))
-        stack.enter_context(patched(gzip, "compress", timing(meter, "gzip")))
-        yield
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of process ``pid`` (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 # -- the engines -------------------------------------------------------------------------------------
@@ -326,95 +203,6 @@ def run_ingest(articles: list[Article], config: Config, jvm_pid: int | None) -> 
     }
 
 
-class QueryClock:
-    """Seconds inside a searcher's backend methods and HTTP requests made, per question."""
-
-    def __init__(self, searcher: Searcher) -> None:
-        self.backend_s = 0.0
-        self.requests = 0
-        self._undo: list[tuple[str, Any]] = []
-        backend = searcher.backend
-        for name in QUERY_METHODS:
-            if hasattr(backend, name):
-                original = getattr(backend, name)
-                self._undo.append((name, original))
-                setattr(backend, name, self._wrap(original))
-        client = getattr(getattr(backend, "store", backend), "client", None)  # a lazy index wraps the engine
-        if client is not None:
-            transport = client.transport
-            original = transport.perform_request
-
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                self.requests += 1
-                return original(*args, **kwargs)
-
-            transport.perform_request = counted
-        self._backend = backend
-
-    def _wrap(self, original: Any) -> Any:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.backend_s += time.perf_counter() - started
-
-        return timed
-
-    def reset(self) -> tuple[float, int]:
-        out = (self.backend_s, self.requests)
-        self.backend_s, self.requests = 0.0, 0
-        return out
-
-
-def warm_latency(searchers: dict[str, Searcher], questions: list[Question], rounds: int) -> dict[str, Any]:
-    """Each searcher answers every question once (warm-up), then ``rounds`` rounds, taking turns."""
-    clocks = {name: QueryClock(s) for name, s in searchers.items()}
-    tops: dict[str, list[str]] = {name: [] for name in searchers}
-    for q in questions:
-        for name, searcher in searchers.items():
-            answer = searcher.answer(q)
-            tops[name].append(answer.bert_knn[0].word if answer.bert_knn else "")
-            clocks[name].reset()
-    times: dict[str, dict[str, list[float]]] = {
-        name: {"total": [], "backend": [], "requests": [], "subject": [], "free": []} for name in searchers
-    }
-    for _ in range(rounds):
-        for q in questions:
-            for name, searcher in searchers.items():
-                started = time.perf_counter()
-                searcher.answer(q)
-                seconds = time.perf_counter() - started
-                backend_s, requests = clocks[name].reset()
-                t = times[name]
-                t["total"].append(seconds)
-                t["backend"].append(backend_s)
-                t["requests"].append(requests)
-                t["subject" if q.subject else "free"].append(seconds)
-    out: dict[str, Any] = {}
-    base = "embedded" if "embedded" in searchers else None
-    for name, t in times.items():
-        row = {
-            **percentiles(t["total"]),
-            "subject": percentiles(t["subject"]),
-            "free": percentiles(t["free"]),
-            "backend": percentiles(t["backend"]),
-            "requests_per_question": float(np.mean(t["requests"])) if t["requests"] else 0.0,
-            "answers": len(t["total"]),
-        }
-        if base and name != base:
-            row["top_answer_agrees_with_embedded"] = float(
-                np.mean([a == b for a, b in zip(tops[name], tops[base])])
-            )
-        out[name] = row
-    if base:
-        for name in out:
-            if name != base:
-                out[name]["p50_vs_embedded"] = out[name]["p50_ms"] / out[base]["p50_ms"]
-                out[name]["p95_vs_embedded"] = out[name]["p95_ms"] / out[base]["p95_ms"]
-    return out
-
-
 # -- the run -----------------------------------------------------------------------------------------
 def drop(config: Config) -> None:
     """Delete a backend's index: the folder, or both engine indices of its prefix."""
@@ -489,6 +277,51 @@ def lazy_ingest(
     return out
 
 
+def eager_ingest(
+    articles: list[Article],
+    configs: dict[str, Config],
+    clusters: dict[str, Any],
+    results: dict[str, Any],
+    progress: Progress,
+) -> None:
+    """The corpus ingested eagerly into each backend in turn, each into a fresh index."""
+    results["ingest"] = {}
+    for name, config in configs.items():
+        drop(config)
+        pid = clusters[name].procs[0].pid if name in clusters else None
+        row = run_ingest(articles, config, pid)
+        results["ingest"][name] = row
+        progress.done(
+            f"ingest {name}",
+            f"{row['contexts']:,} contexts in {row['seconds']:.1f} s ({row['contexts_per_s']:.0f}/s),"
+            f" add_articles {row['add_articles_s']:.1f} s = {row['engine_share']:.1%}",
+        )
+    base_s = results["ingest"].get("embedded", {}).get("seconds")
+    for row in results["ingest"].values():
+        if base_s:
+            row["seconds_vs_embedded"] = row["seconds"] / base_s
+
+
+def sizes_and_merge(
+    args: argparse.Namespace,
+    configs: dict[str, Config],
+    questions: list[Question],
+    results: dict[str, Any],
+    progress: Progress,
+) -> None:
+    """Index sizes (the engines' as ingested, flushed and force merged), then warm questions again."""
+    results["size"] = {name: size_report(config, name) for name, config in configs.items()}
+    progress.done("sizes", "; ".join(f"{n} {size_line(v)}" for n, v in results["size"].items()))
+    if args.merged_rounds and any(b != "embedded" for b in configs):
+        searchers = {name: Searcher.open(config) for name, config in configs.items()}
+        try:
+            results["latency_after_merge"] = warm_latency(searchers, questions, args.merged_rounds)
+        finally:
+            for s in searchers.values():
+                s.close()
+        progress.done("warm questions after force merge", latency_line(results["latency_after_merge"]))
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bertknn_search.nodes.launch import Cluster, engine, free_port
 
@@ -523,8 +356,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     clusters: dict[str, Cluster] = {}
     searchers: dict[str, Searcher] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-engines-", dir=args.tmp) as tmp:
+    kept = contextlib.nullcontext(str(args.work)) if args.work else None
+    with kept or tempfile.TemporaryDirectory(prefix="bench-engines-", dir=args.tmp) as tmp:
         work = Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         try:
             configs: dict[str, Config] = {}
             base = Config(model=str(model), layer=layer, device=args.device, contexts="eager")
@@ -547,42 +382,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results["lazy_ingest"] = lazy_ingest(args, configs, work, progress)
             if not args.articles:
                 return results
-            results["ingest"], results["size"] = {}, {}
-            for name in backends:
-                pid = clusters[name].procs[0].pid if name in clusters else None
-                row = run_ingest(articles, configs[name], pid)
-                results["ingest"][name] = row
-                progress.done(
-                    f"ingest {name}",
-                    f"{row['contexts']:,} contexts in {row['seconds']:.1f} s ({row['contexts_per_s']:.0f}/s),"
-                    f" add_articles {row['add_articles_s']:.1f} s = {row['engine_share']:.1%}",
-                )
-            base_s = results["ingest"].get("embedded", {}).get("seconds")
-            for name in backends:
-                if base_s:
-                    results["ingest"][name]["seconds_vs_embedded"] = (
-                        results["ingest"][name]["seconds"] / base_s
-                    )
-            if "embedded" in backends:
-                results["size"]["embedded"] = size_report(configs["embedded"], "embedded")
-            for name in backends:
-                searchers[name] = Searcher.open(configs[name])
-            results["latency"] = warm_latency(searchers, questions, args.rounds)
-            progress.done("warm questions", latency_line(results["latency"]))
-            for s in searchers.values():
-                s.close()
-            searchers.clear()
-            for name in backends:
-                if name != "embedded":
-                    results["size"][name] = size_report(configs[name], name)
-            progress.done("sizes", "; ".join(f"{n} {size_line(v)}" for n, v in results["size"].items()))
-            if args.merged_rounds and any(b != "embedded" for b in backends):
+            # What the kept indexes were built from: the same again skips the ingest (--work).
+            built = {
+                "articles": args.articles,
+                "seed": args.seed,
+                "model": args.model,
+                "source": str(args.source),
+            }
+            marker = work / "built.json"
+            reuse = args.work is not None and marker.exists() and json.loads(marker.read_text()) == built
+            if reuse:
+                results["ingest"] = "reused"
+                progress.done("ingest", f"skipped: the indexes in {work} and --prefix {args.prefix} are kept")
+            else:
+                marker.unlink(missing_ok=True)
+                eager_ingest(articles, configs, clusters, results, progress)
+                marker.write_text(json.dumps(built))
+            modes = set(args.modes.split(","))
+            if "inprocess" in modes:
                 for name in backends:
                     searchers[name] = Searcher.open(configs[name])
-                results["latency_after_merge"] = warm_latency(searchers, questions, args.merged_rounds)
-                progress.done(
-                    "warm questions after force merge", latency_line(results["latency_after_merge"])
-                )
+                results["latency"] = warm_latency(searchers, questions, args.rounds)
+                progress.done("warm questions", latency_line(results["latency"]))
+                for s in searchers.values():
+                    s.close()
+                searchers.clear()
+            if "serve" in modes:
+                results["serve"] = serve_latency(configs, questions, args.rounds, args.serve_port)
+                progress.done("warm questions through serve", latency_line(results["serve"]["latency"]))
+            if args.work is None:  # a force merge changes the indexes a later run would reuse
+                sizes_and_merge(args, configs, questions, results, progress)
         finally:
             for s in searchers.values():
                 with contextlib.suppress(Exception):
@@ -591,6 +420,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cluster.stop()
     progress.finish()
     return results
+
+
+def met(value: float, target: float) -> str:
+    return f"<= {target:g}: {'met' if value <= target else 'MISSED'}"
 
 
 def latency_line(latency: dict[str, Any]) -> str:
@@ -635,7 +468,8 @@ def report(r: dict[str, Any]) -> str:
         " | http s | gzip s | bulk took s | JVM CPU s | Python CPU s | load before -> after |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for name, i in r.get("ingest", {}).items():
+    ingested = r.get("ingest") if isinstance(r.get("ingest"), dict) else {}
+    for name, i in ingested.items():
         lines.append(
             f"| {name} | {i['contexts']:,} | {i['seconds']:.1f} | {i['contexts_per_s']:.0f}"
             f" | {i.get('seconds_vs_embedded', 1.0):.2f}x | {i['add_articles_s']:.1f}"
@@ -665,22 +499,24 @@ def report(r: dict[str, Any]) -> str:
         ]
         lines.append(f"  {name:<13} " + ", ".join(cells))
     lines += lazy_lines(r.get("lazy_ingest", {}))
+    if "serve" in r:
+        lines += serve_lines(r["serve"])
     lines.append("")
-    for name, i in r.get("ingest", {}).items():
-        if name == "embedded":
-            continue
-        lat = r.get("latency", {}).get(name, {})
-        ratio = lat.get("p50_vs_embedded")
-        lines.append(
-            f"targets, {name}: ingest share {i['engine_share']:.1%} (<= {TARGET_SHARE:.0%}:"
-            f" {'met' if i['engine_share'] <= TARGET_SHARE else 'MISSED'}); warm p50"
-            + (
-                f" {ratio:.2f}x embedded (<= {TARGET_P50_RATIO}x:"
-                f" {'met' if ratio <= TARGET_P50_RATIO else 'MISSED'})"
-                if ratio
-                else " not measured"
-            )
-        )
+    engines = dict.fromkeys([*ingested, *r.get("serve", {}).get("requests", {})])
+    for name in [n for n in engines if n != "embedded"]:
+        share = ingested.get(name, {}).get("engine_share")
+        said = [] if share is None else [f"ingest share {share:.1%} ({met(share, TARGET_SHARE)})"]
+        for key, how in (("latency", "in process"), ("serve", "through serve")):
+            row = (r.get(key, {}).get("latency", {}) if key == "serve" else r.get(key, {})).get(name, {})
+            if "p50_vs_embedded" in row:
+                said.append(
+                    f"warm p50 {how} {row['p50_vs_embedded']:.2f}x ({met(row['p50_vs_embedded'], 1.5)})"
+                )
+        requests = r.get("serve", {}).get("requests", {}).get(name)
+        if requests:
+            most = requests["per_question_max"]
+            said.append(f"requests a warm question {most} ({met(most, 2)})")
+        lines.append(f"targets, {name}: " + "; ".join(said))
     return "\n".join(lines)
 
 
@@ -711,6 +547,20 @@ def main() -> None:
         "--lazy-articles", type=int, help="or: that many Wikipedia-shaped articles of --source's sentences"
     )
     parser.add_argument("--lazy-rounds", type=int, default=2, help="lazy ingests per backend, in turn")
+    parser.add_argument(
+        "--modes",
+        default="inprocess,serve",
+        help="how warm questions are asked: inprocess (Searcher.answer), serve (a `serve` per backend, HTTP)",
+    )
+    parser.add_argument(
+        "--serve-port", type=int, help="the first of 7 ports for the serve mode's servers and proxies [free]"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="keep the indexes here (embedded; engines under --prefix) and leave them unmerged (no sizes): a"
+        " later run of the same corpus skips the ingest",
+    )
     args = parser.parse_args()
     from transformers.utils import logging as hf_logging
 
