@@ -77,6 +77,9 @@ class Config:
     # time a query's IR step picks it, and kept (up to ``cache_size`` bytes, least recently used out).
     contexts: str = "lazy"
     cache_size: int | None = None
+    # A new eager index made for the no-IR search: OpenSearch builds an HNSW graph over every context
+    # (approximate, and its cost at every write); without it --no-ir scans every context exactly.
+    no_ir_graph: bool = False
     # Adaptive retrieval: "none" always retrieves; "popularity" (the subject's page views, Mallen et al.
     # 2023), "top1" (BERT's top-1 probability) or "entropy" (of p_BERT) decide per question whether IR
     # and kNN run at all. Thresholds are (signal, relation, value) triples learned by ``eval grid``;

@@ -253,6 +253,7 @@ def render_stats(stats: IndexStats) -> str:
     if stats.contexts:
         rows.append(("bytes per context", f"{stats.bytes_on_disk / stats.contexts:,.0f}"))
     rows.append(("contexts mode", m.contexts))
+    rows.append(("no-IR search", _no_ir(stats)))
     if m.contexts == "lazy":
         rows += [
             ("encoded articles", f"{stats.encoded_articles:,} of {stats.articles:,}"),
@@ -266,6 +267,14 @@ def render_stats(stats: IndexStats) -> str:
             ("eager estimate", _estimate(stats.estimated_contexts)),
         ]
     return "\n".join(f"{k:<18}{v}" for k, v in rows)
+
+
+def _no_ir(stats: IndexStats) -> str:
+    if stats.no_ir_graph:
+        return "HNSW graph over every context (approximate; made with --no-ir-graph)"
+    if stats.meta.no_ir_graph:
+        return f"exact scan of every context (made with --no-ir-graph; {stats.backend} builds no graph)"
+    return "exact scan of every context (no graph: ingest a new index with --no-ir-graph for one)"
 
 
 def _head(has_head: bool | None) -> str:

@@ -164,6 +164,9 @@ class IndexMeta:
     contexts: str = "eager"  # "lazy": contexts are encoded the first time a query needs an article
     precision: str = "fp32"  # what the contexts are encoded in (fp32, bf16, int8); never mixed in one index
     splitter: str = ""  # the sentence splitter and its release (ingest.sentences.SPLITTER); "": not recorded
+    # Made for the no-IR search (``ingest --no-ir-graph``): OpenSearch builds an HNSW graph over every
+    # context; the other backends have none to build and search every context exactly, as without it.
+    no_ir_graph: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,8 @@ class IndexStats:
     model_max_length: int | None = None  # the model's own input limit, where its config is on disk here
     # Whether the index's model has a masked-LM head (None: its files are not on disk here to tell).
     mlm_head: bool | None = None
+    # The index holds a graph that --no-ir searches (approximate); without one it scans every context.
+    no_ir_graph: bool = False
 
 
 @dataclass(frozen=True)

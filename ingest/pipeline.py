@@ -99,6 +99,7 @@ def index_meta(config: Config, encoder: Encoder) -> IndexMeta:
         config.contexts,
         encoder.precision,
         SPLITTER,
+        config.no_ir_graph,
     )
 
 
@@ -145,6 +146,11 @@ def ingest(
     backend: Backend | None = open_backend(config, for_writing=True) if existing_only else None
     pool = TextPool(default_workers() if workers is None else workers)  # starts no process yet
     lazy = config.contexts == "lazy"
+    if lazy and config.no_ir_graph:  # checked here, not in Config: an existing index's mode is adopted first
+        raise ConfigError(
+            "--no-ir-graph is for an eager index (--contexts eager): --no-ir searches every context,"
+            " which a lazy index does not hold"
+        )
     duplicates = 0
     meter: InputMeter | None = None
     if isinstance(source, Sequence):

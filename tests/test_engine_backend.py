@@ -562,7 +562,7 @@ def test_knn_without_ir_is_approximate_and_drops_stale_generations(mocked: Engin
     mocked.client.mget.return_value = mget_response({"1": "a1"})
     got = mocked.knn(np.zeros(8), 2)
     assert mocked.client.search.call_args.kwargs["body"]["query"] == {
-        "knn": {"vector": {"vector": [0.0] * 8, "k": 2}}
+        "knn": {"vector": {"vector": [0.0] * 8, "k": 2, "method_parameters": {"ef_search": 256}}}
     }
     assert got.token_ids.tolist() == [6]
 

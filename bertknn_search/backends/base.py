@@ -205,6 +205,13 @@ def check_meta(found: IndexMeta, wanted: IndexMeta, where: str) -> None:
                 f"index at {where} was built with {name}={getattr(found, name)!r}, not"
                 f" {getattr(wanted, name)!r}; use the index's {name.replace('_', ' ')} or a new --index"
             )
+    # A graph is made with the index and kept by every later write, asked for or not; one cannot be
+    # added to an index made without it.
+    if wanted.no_ir_graph and not found.no_ir_graph:
+        raise IndexMismatchError(
+            f"index at {where} was made without the no-IR graph, which only a new index gets: drop"
+            " --no-ir-graph, or ingest into a new --index / --index-prefix with it"
+        )
 
 
 _INGEST_FINGERPRINT = re.compile(r"[0-9a-f]{20}")  # the form ``article_fingerprint`` gives

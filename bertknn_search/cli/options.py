@@ -159,6 +159,15 @@ encoding_options = stacked(
         help="lazy: store text and the IR index now, encode an article's contexts when a query first"
         " needs it; eager: encode every context now (needed for --no-ir) [default lazy].",
     ),
+    click.option(
+        "--no-ir-graph",
+        "no_ir_graph",
+        flag_value=True,
+        default=None,
+        help="A new eager index made for --no-ir: OpenSearch builds an HNSW graph over every context (an"
+        " approximate --no-ir; slower writes, more disk and heap); without it --no-ir scans every context"
+        " exactly, as Elasticsearch and the embedded backend always do [default: no graph].",
+    ),
 )
 
 

@@ -102,6 +102,7 @@ def read_meta(conn: sqlite3.Connection, path: Path) -> IndexMeta:
             contexts=rows["contexts"],
             precision=rows["precision"],
             splitter=rows.get("splitter", ""),  # absent in indexes made before it was recorded
+            no_ir_graph=rows.get("no_ir_graph") == "True",  # likewise; written as str(bool)
         )
     except sqlite3.Error as exc:
         raise sqlite_file.read_error(path, exc) from exc

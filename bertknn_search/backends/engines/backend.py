@@ -82,7 +82,7 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         self._cache = ArticleCache()
         self._has_key = False  # the contexts carry their stored key as doc values (older indexes: no)
         self._has_spans = False  # the articles keep sentences as offsets into their text (likewise)
-        self._has_graph = False  # an HNSW graph for the no-IR search (OpenSearch indexes made before)
+        self._has_graph = False  # an HNSW graph for the no-IR search (OpenSearch, made with --no-ir-graph)
         self._neighbour_articles: list[str] = []  # of the last kNN answer: their sentences come next
 
     @property
@@ -547,6 +547,7 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
             estimated_contexts=max(estimate, contexts + partial_contexts),
             partial_articles=int(aggs.get("partial", {}).get("value") or 0),
             partial_contexts=partial_contexts,
+            no_ir_graph=self._has_graph,
         )
 
     def close(self) -> None:

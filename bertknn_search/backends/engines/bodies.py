@@ -89,11 +89,20 @@ def meta_from_mappings(response: dict[str, Any], names: dict[str, str], where: s
             contexts=str(raw["contexts"]),
             precision=str(raw["precision"]),
             splitter=str(raw.get("splitter", "")),
+            # Absent from indexes made before the option: theirs is what their vector mapping builds.
+            no_ir_graph=bool(raw.get("no_ir_graph", has_graph(response, names))),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise IndexCorruptError(
             f"metadata of indices at {where} cannot be read ({exc!r}); ingest again"
         ) from exc
+
+
+def has_graph(response: dict[str, Any], names: dict[str, str]) -> bool:
+    """Whether the contexts' vector of a get-mapping response builds a graph (OpenSearch's ``method``;
+    Elasticsearch's ``flat`` field has none)."""
+    properties = response.get(names["contexts"], {}).get("mappings", {}).get("properties", {})
+    return "method" in properties.get("vector", {})
 
 
 def stored_article(article_id: str, source: dict[str, Any], meta: IndexMeta, where: str) -> Article:

@@ -144,15 +144,22 @@ class Dialect:
 
     # -- bodies -----------------------------------------------------------------------------------
     def create_bodies(self, meta_doc: dict[str, Any], dim: int) -> dict[str, dict[str, Any]]:
-        """Create-index bodies of both indices, with ``_meta`` and the vector dimension filled in."""
+        """Create-index bodies of both indices, with ``_meta`` and the vector dimension filled in, and
+        the no-IR graph where ``meta_doc`` asks for one (``no_ir_graph``) and the engine builds one."""
         out = {kind: engine_bodies.load_mapping(f"{self.name}-{kind}") for kind in ("articles", "contexts")}
         for body in out.values():
             body["mappings"]["_meta"] = meta_doc
         self._set_dim(out["contexts"]["mappings"]["properties"]["vector"], dim)
+        if meta_doc.get("no_ir_graph"):
+            self._add_graph(out["contexts"])
         return out
 
     def _set_dim(self, vector: dict[str, Any], dim: int) -> None:
         raise NotImplementedError
+
+    def _add_graph(self, contexts: dict[str, Any]) -> None:
+        """Make the contexts' create body build an approximate graph for the no-IR search; by default
+        none (the engine's no-IR search then scans every context, exactly)."""
 
     def article_fields(self, terms: list[str]) -> dict[str, Any]:
         """Fields an article doc needs besides the shared ones (from its IR terms)."""

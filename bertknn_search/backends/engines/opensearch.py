@@ -15,6 +15,15 @@ from bertknn_search.backends.engines.dialect import (
     Dialect,
 )
 
+# The no-IR graph: HNSW with Lucene's m (16) and a wider beam at build than its 100; and at search.
+EF_SEARCH = 256
+GRAPH_METHOD: dict[str, Any] = {
+    "name": "hnsw",
+    "space_type": "l2",
+    "engine": "lucene",
+    "parameters": {"m": 16, "ef_construction": 128},
+}
+
 
 class OpenSearchDialect(Dialect):
     """OpenSearch with the k-NN plugin: ``knn_vector`` fields, the ``knn_score`` script, the ``knn`` query."""
@@ -62,6 +71,19 @@ class OpenSearchDialect(Dialect):
     def _set_dim(self, vector: dict[str, Any], dim: int) -> None:
         vector["dimension"] = dim
 
+    def _add_graph(self, contexts: dict[str, Any]) -> None:
+        """The lucene engine's HNSW graph (pure Java: the k-NN plugin's native faiss library is not in
+        its Maven jars) over every context, for the no-IR search; the score script never reads it.
+
+        Without it (the shipped mapping) the field has no ``method``: the default engine with
+        ``approximate_threshold -1``, which stores the float32 vectors and never builds a graph. Not
+        ``index.knn: false``: k-NN 2.19.1 fails such an index's shards on any later mapping update.
+        """
+        contexts["settings"]["index"] = {"knn": True}
+        vector = contexts["mappings"]["properties"]["vector"]
+        vector.pop("space_type", None)  # the method names it
+        vector["method"] = dict(GRAPH_METHOD, parameters=dict(GRAPH_METHOD["parameters"]))
+
     def knn_exact_body(self, vector: np.ndarray, k: int, generations: Sequence[str]) -> dict[str, Any]:
         """The k-NN plugin's score script (brute force, l2) over the contexts of ``generations``.
 
@@ -86,16 +108,19 @@ class OpenSearchDialect(Dialect):
         }
 
     def knn_approx_body(self, vector: np.ndarray, k: int, graph: bool = True) -> dict[str, Any]:
-        """The HNSW graph (lucene engine) over every context; without one (indexes are made without,
-        unless for the no-IR search), the score script over every context: exact, at brute-force cost."""
+        """The HNSW graph (lucene engine) over every context, in an index made with ``--no-ir-graph``;
+        without one (the default), the score script over every context: exact, at brute-force cost."""
         if not graph:
             body = self.knn_exact_body(vector, k, [])
             body["query"]["script_score"]["query"] = {"match_all": {}}
             return body
+        # The lucene engine explores k candidates unless told more (it ignores the index's
+        # knn.algo_param.ef_search): with ef 1 a 5-context graph gave a wrong nearest neighbour.
+        search = {"vector": floats(vector), "k": k, "method_parameters": {"ef_search": max(k, EF_SEARCH)}}
         return {
             "size": k,
             "track_total_hits": False,
-            "query": {"knn": {"vector": {"vector": floats(vector), "k": k}}},
+            "query": {"knn": {"vector": search}},
             "sort": TIE_ORDER,
             "_source": CONTEXT_SOURCE,
         }
