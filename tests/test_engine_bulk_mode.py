@@ -173,3 +173,30 @@ def test_the_article_docs_of_a_large_write_go_out_as_parallel_requests(
     assert len(sent) == engine_module.ARTICLE_WRITERS == 2
     assert backend.stats().articles == 6
     backend.close()
+
+
+def segments(config: Config) -> int:
+    name = bodies.index_names(config.opensearch_prefix)["articles"]
+    found = raw(config).indices.stats(index=name, metric="segments")
+    return int(found["_all"]["primaries"]["segments"]["count"])
+
+
+def test_a_run_that_wrote_most_of_the_index_leaves_it_in_one_segment(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The docs' IR terms are left out of ``_source``, so the engine keeps their whole source for
+    recovery until a merge: a first ingest merges at its end (a third of the disk at 5,000 articles)."""
+    backend = EngineBackend.create(config, LAZY)
+    with backend.bulk(100, 10_000):
+        backend.add_articles([text_only(str(i), f"Place {i}") for i in range(6)])
+        raw(config).indices.flush(index=bodies.index_names(config.opensearch_prefix)["articles"])
+        backend.add_articles([text_only(str(i), f"Town {i}") for i in range(6, 12)])  # a second segment
+    assert segments(config) == 1
+    assert backend.stats().articles == 12
+    merged: list[str] = []
+    monkeypatch.setattr(backend.client.indices, "forcemerge", lambda **kw: merged.append(kw["index"]))
+    with backend.bulk(100, 10_000):  # a few articles more: the engine's own merges see to them
+        backend.add_articles([text_only("12", "Quimby")])
+    assert merged == []
+    assert backend.stats().articles == 13
+    backend.close()

@@ -74,7 +74,7 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         self._meta = meta
         self._restore: dict[str, dict[str, Any]] | None = None  # settings to put back after bulk loading
         self._token = uuid.uuid4().hex  # names this writer in the restore record it holds
-        self._in_run, self._unrefreshed = False, False  # a run of writes (``bulk``) and its refresh
+        self._in_run, self._unrefreshed, self._run_docs = False, False, 0  # a run of writes (``bulk``)
         self._has_popularity = False  # in the articles mapping (read at open; older indexes lack it)
         self._has_parts = False  # the part fields likewise
         # What the last searches said of their articles (generation, title, coverage) and the sentences
@@ -230,6 +230,7 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
             # Nothing a reader sees changes but the new docs' arrival, each whole: one refresh at the
             # run's end makes them all searchable, where each write of a lazy ingest refreshed before.
             self._unrefreshed = True
+            self._run_docs += len(latest)
             return
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
         if not stale:

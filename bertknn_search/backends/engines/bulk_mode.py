@@ -21,6 +21,14 @@ from bertknn_search.errors import BertKnnError
 # back by close(). Replicas stay: an add that dropped them would lose its shards with the first node
 # lost during it (the indices red, every question and re-run failing until the node came back).
 BULK_SETTINGS = {"refresh_interval": "-1"}
+# A run that wrote at least this share of the articles index (a first ingest, a rebuild) merges it into
+# one segment at its end, where the index is smaller than MERGE_MAX_BYTES. Docs are written with their
+# IR terms, which ``_source`` leaves out: the engine keeps the whole source beside it for recovery
+# (``_recovery_source``, a third of the index at 5,000 articles) until a merge drops it; one segment
+# also searches faster. Larger indices are left to the engine's own merges (a force merge rewrites the
+# whole index, and segments of over 5 GB are never merged again).
+MERGE_SHARE = 0.5
+MERGE_MAX_BYTES = 2 * 1024**3
 
 
 class EngineBulkMode:
@@ -34,6 +42,7 @@ class EngineBulkMode:
     _token: str  # names this writer in the restore record it holds
     _in_run: bool  # inside ``bulk``: a lazy write leaves its refresh to the run's end
     _unrefreshed: bool  # articles written in this run that no refresh has made searchable yet
+    _run_docs: int  # article docs this run wrote (a doc replaced twice counted twice)
 
     @contextlib.contextmanager
     def bulk(self, write_articles: int, write_chars: int) -> Iterator[None]:
@@ -56,10 +65,28 @@ class EngineBulkMode:
 
     def _end_run(self) -> None:
         self._in_run = False
-        if self._unrefreshed:
-            articles = self.names["articles"]
-            self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
-            self._unrefreshed = False
+        if not self._unrefreshed:
+            return
+        articles = self.names["articles"]
+        if MERGE_SHARE <= 1 and self._run_docs:
+            self._merge_if_mostly_new(articles)
+        self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
+        self._unrefreshed, self._run_docs = False, 0
+
+    def _merge_if_mostly_new(self, articles: str) -> None:
+        """Merge the articles index into one segment where this run wrote most of it (``MERGE_SHARE``)."""
+        found = self._call(
+            "read the articles index's size",
+            lambda: self.client.indices.stats(index=articles, metric="docs,store"),
+        )
+        total = found.get("_all", {}).get("primaries", {})
+        docs = int(total.get("docs", {}).get("count") or 0) + int(total.get("docs", {}).get("deleted") or 0)
+        size = int(total.get("store", {}).get("size_in_bytes") or 0)
+        # Unrefreshed docs are counted once flushed: the engine's counts may lag the run's.
+        if size > MERGE_MAX_BYTES or self._run_docs < MERGE_SHARE * max(docs, self._run_docs):
+            return
+        merge = self.client.indices.forcemerge
+        self._call("merge the articles index", lambda: merge(index=articles, max_num_segments=1))
 
     def _enter_bulk_mode(self) -> None:
         """Record both indices' settings in the articles index's ``_meta``, then apply the bulk values.
