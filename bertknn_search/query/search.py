@@ -7,6 +7,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -104,6 +105,7 @@ class Searcher:
         self.word_keys = WordKeys()
         # p of an answer's confidence: the fit ``eval calibrate`` stored with the index, else the shipped one.
         self.confidence_fit = fit_for(config.index)
+        self._pool: futures.ThreadPoolExecutor | None = None
 
     @classmethod
     def open(cls, config: Config) -> Searcher:
@@ -121,12 +123,31 @@ class Searcher:
             raise
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
         self.backend.close()
 
     # -- stages ------------------------------------------------------------------------------------
     def retrieve(self, question: Question, n: int | None = None) -> list[ArticleHit]:
         """The articles whose contexts are searched (the subject's own article, else BM25 top-N)."""
         return retrieve(self.backend, question, n or self.config.n_articles)
+
+    def _retrieve_all(
+        self, questions: Sequence[Question], n: int
+    ) -> tuple[list[list[ArticleHit]], list[float]]:
+        """Each question's articles and the seconds its IR took."""
+        found, seconds = [], []
+        for q in questions:
+            start = time.perf_counter()
+            found.append(self.retrieve(q, n))
+            seconds.append(time.perf_counter() - start)
+        return found, seconds
+
+    def _ir_pool(self) -> futures.ThreadPoolExecutor:
+        """One thread for the IR searches that run beside the encoder (``score_batch``)."""
+        if self._pool is None:
+            self._pool = futures.ThreadPoolExecutor(1, thread_name_prefix="retrieve")
+        return self._pool
 
     def encode(self, questions: Sequence[Question]) -> tuple[np.ndarray, np.ndarray | None]:
         """Query states (B, dim) float32 at ``layer`` and p_BERT (B, V) float32 (None: no MLM head)."""
@@ -179,16 +200,30 @@ class Searcher:
                 raise QuestionError(
                     f"the subject is not valid text: {describe_unencodable(q.subject, bad, from_bytes=True)}"
                 )
-        states, p_bert = self.encode(questions)
+        # Without a gate every question retrieves whatever the encoder says: the IR search runs while the
+        # encoder does (on an engine it is a round trip to the node, which the pass then hides).
+        early = None
+        if cfg.gate == "none" and cfg.use_ir:
+            early = self._ir_pool().submit(self._retrieve_all, questions, cfg.n_articles)
+        try:
+            states, p_bert = self.encode(questions)
+        except BaseException:
+            if early is not None:
+                futures.wait([early])  # no backend call outlives the question
+            raise
         gates = decide(cfg, self.gate_signal(cfg.gate, questions, p_bert), [q.relation for q in questions])
         go = [True] * len(questions) if gates is None else [g.retrieve for g in gates]
         # A question the gate stops gets no articles and no neighbours: BERT-kNN is then BERT.
         seconds = [0.0] * len(questions)
         found: list[list[ArticleHit] | None] = []
-        for i, (q, wanted) in enumerate(zip(questions, go)):
-            start = time.perf_counter()
-            found.append((self.retrieve(q, cfg.n_articles) if cfg.use_ir else None) if wanted else [])
-            seconds[i] += time.perf_counter() - start
+        if early is not None:
+            retrieved, seconds = early.result()
+            found.extend(retrieved)
+        else:
+            for i, (q, wanted) in enumerate(zip(questions, go)):
+                start = time.perf_counter()
+                found.append((self.retrieve(q, cfg.n_articles) if cfg.use_ir else None) if wanted else [])
+                seconds[i] += time.perf_counter() - start
         # One call for the whole batch, so a lazy index encodes what the batch needs in one pass.
         start = time.perf_counter()
         searched = sorted({h.id for hits in found for h in hits or []})
