@@ -120,6 +120,7 @@ class _Task:
         self.finished = False
         self.split = False  # cold with several clients' questions: ended, to run as one task each
         self.clients = len({job.client for job in jobs})
+        self.encoded_before = 0  # the server's contexts encoded when the task started
 
     def abandoned(self) -> bool:
         return bool(self.jobs) and all(job.future.abandoned for job in self.jobs)
@@ -296,6 +297,7 @@ class MicroBatcher:
         """Hand the model to ``task`` until it gives it back (between two blocks) or ends."""
         self._back.clear()
         if task.thread is None:
+            task.encoded_before = self.stats.encoded
             body = self._answer_task if task.jobs else self._complete
             task.thread = threading.Thread(target=self._task_main, args=(task, body), daemon=True)
             task.thread.name = "question" if task.jobs else "idle"
@@ -316,7 +318,9 @@ class MicroBatcher:
             elif task is self._idle:
                 self._idle, self._idle_work = None, False
             else:
-                self._idle_work = True  # its questions may have left articles partly encoded
+                # Questions that encoded may have left articles partly encoded; warm ones (nothing
+                # encoded) did not, and owe no look for them (a search request on an engine).
+                self._idle_work = self._idle_work or self.stats.encoded != task.encoded_before
                 self._answered = time.monotonic()
         elif task is not self._idle:
             self._cold.append(task)
