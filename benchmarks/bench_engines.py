@@ -408,7 +408,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     s.close()
                 searchers.clear()
             if "serve" in modes:
-                results["serve"] = serve_latency(configs, questions, args.rounds, args.serve_port)
+                results["serve"] = serve_latency(
+                    configs, questions, args.rounds, args.serve_port, args.serve_before
+                )
                 progress.done("warm questions through serve", latency_line(results["serve"]["latency"]))
             if args.work is None:  # a force merge changes the indexes a later run would reuse
                 sizes_and_merge(args, configs, questions, results, progress)
@@ -491,7 +493,7 @@ def report(r: dict[str, Any]) -> str:
                 f" {v['free']['p50_ms']:7.1f} {v['backend']['p50_ms']:7.1f} {v['requests_per_question']:5.1f}"
                 f" {v.get('p50_vs_embedded', 1.0):6.2f}x {v.get('top_answer_agrees_with_embedded', 1.0):6.0%}"
             )
-    lines += ["", "index size (MB; engines: segments)"]
+    lines += ["", "index size (MB; engines: segments)"] if r.get("size") else []
     for name, s in r.get("size", {}).items():
         cells = [
             f"{k} {v['bytes'] / 1e6:.2f}" + (f" ({v['segments']} seg)" if "segments" in v else "")
@@ -553,7 +555,12 @@ def main() -> None:
         help="how warm questions are asked: inprocess (Searcher.answer), serve (a `serve` per backend, HTTP)",
     )
     parser.add_argument(
-        "--serve-port", type=int, help="the first of 7 ports for the serve mode's servers and proxies [free]"
+        "--serve-port", type=int, help="the first of 10 ports for the serve mode's servers and proxies [free]"
+    )
+    parser.add_argument(
+        "--serve-before",
+        action="store_true",
+        help="serve mode: also time each engine's server with its IR search and encoder pass in turn",
     )
     parser.add_argument(
         "--work",

@@ -35,8 +35,30 @@ from common import load_average, percentiles
 from bertknn_search.config import Config
 from bertknn_search.records import Question
 
+# `bertknn-search serve` with the IR search and the encoder pass one after the other, as before they ran
+# side by side (``Searcher.score_batch``): ``--serve-before`` times it beside the servers as they are.
+SEQUENTIAL = """
+import sys
+from concurrent.futures import Future
+from bertknn_search.query.search import Searcher
+
+class InTurn:
+    def submit(self, fn, *args):
+        done = Future()
+        try:
+            done.set_result(fn(*args))
+        except BaseException as exc:
+            done.set_exception(exc)
+        return done
+
+Searcher._ir_pool = lambda self: InTurn()
+from bertknn_search.cli import main
+sys.argv = ["bertknn-search", *sys.argv[1:]]
+main()
+"""
 READY_S = 600.0  # a server loading MiniLM on 2 busy cores takes seconds; a failed start says so at once
 TOP = 10
+IDLE_S = 2.0  # longer than the server waits before its idle work (batcher.IDLE_AFTER_S)
 
 
 # -- a server ----------------------------------------------------------------------------------------
@@ -54,9 +76,12 @@ class ServeProcess:
     """``python -m bertknn_search serve`` on 127.0.0.1 (``port``; 0: a free one), ready once its model is
     loaded, asked over one keep-alive connection."""
 
-    def __init__(self, name: str, flags: Sequence[str], port: int) -> None:
+    def __init__(self, name: str, flags: Sequence[str], port: int, prelude: str | None = None) -> None:
         self.name = name
-        cmd = [sys.executable, "-m", "bertknn_search", "serve", *flags, "--port", str(port)]
+        args = ["serve", *flags, "--port", str(port)]
+        cmd = [sys.executable, "-m", "bertknn_search", *args]
+        if prelude is not None:  # the same command with a patch applied first (a same-run comparison)
+            cmd = [sys.executable, "-c", prelude, *args]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
@@ -180,11 +205,12 @@ def top_words(answer: dict[str, Any]) -> list[str]:
 
 
 def serve_latency(
-    configs: dict[str, Config], questions: list[Question], rounds: int, port: int | None
+    configs: dict[str, Config], questions: list[Question], rounds: int, port: int | None, before: bool = False
 ) -> dict[str, Any]:
     """Warm questions through one ``serve`` per backend, the servers in turn; then engine requests counted
     through a second server per engine behind a ``CountingProxy``. Ports from ``port`` on (servers, then
-    counted servers, then proxies), else free ones."""
+    counted servers, then proxies), else free ones. ``before``: each engine's server is also timed with
+    its IR search and encoder pass in turn (``SEQUENTIAL``), named "<engine>, IR in turn"."""
     ports = iter(range(port, port + 10)) if port else None
 
     def next_port() -> int:
@@ -193,9 +219,12 @@ def serve_latency(
     servers: dict[str, ServeProcess] = {}
     out: dict[str, Any] = {"load_before": load_average()}
     try:
-        for name, config in configs.items():
+        plan = [(name, config, None) for name, config in configs.items()]
+        if before:
+            plan += [(f"{n}, IR in turn", c, SEQUENTIAL) for n, c in configs.items() if n != "embedded"]
+        for name, config, prelude in plan:
             started = time.perf_counter()
-            servers[name] = ServeProcess(name, serve_flags(config), next_port())
+            servers[name] = ServeProcess(name, serve_flags(config), next_port(), prelude)
             out.setdefault("ready_s", {})[name] = round(time.perf_counter() - started, 2)
         names = list(servers)
         tops: dict[str, list[list[str]]] = {name: [] for name in names}
@@ -274,7 +303,8 @@ def count_requests(
                 counts.append(len(sent))
                 kinds.update(sent)
                 same.append(top_words(answer) == tops[name][i])
-            total = len(proxy.sent) - start  # background requests between questions too
+            time.sleep(IDLE_S)  # the server's idle work starts after a second without questions
+            total = len(proxy.sent) - start  # background requests between and after questions too
         finally:
             if server is not None:
                 server.stop()
@@ -282,7 +312,7 @@ def count_requests(
         out[name] = {
             "per_question_mean": float(np.mean(counts)),
             "per_question_max": int(max(counts)),
-            "total": total,
+            "total": total,  # over the counted pass and IDLE_S after it
             "questions": len(questions),
             "kinds": dict(kinds.most_common()),
             "answers_equal_timed_server": float(np.mean(same)),
