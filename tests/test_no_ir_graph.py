@@ -220,3 +220,19 @@ def test_an_index_made_for_no_ir_searches_its_graph(make_cluster_config) -> None
         assert exact.article_ids == ["1", "2"] and exact.distances.tolist() == [0.0, 0.0]
     finally:
         backend.close()
+
+
+def test_both_engines_keep_the_record_and_only_opensearch_builds_a_graph(
+    cluster_config: Config, engine_name: str
+) -> None:
+    made = EngineBackend.create(cluster_config.replace(contexts="eager"), GRAPH)
+    made.add_articles(ARTICLES)
+    made.close()
+    backend = EngineBackend.open(cluster_config)
+    try:
+        assert backend.meta().no_ir_graph is True
+        assert backend.stats().no_ir_graph is (engine_name == "opensearch")
+        no_ir = backend.knn(np.eye(1, 8, 2, dtype=np.float32)[0], 1)
+        assert (no_ir.article_ids, no_ir.token_ids.tolist()) == (["1"], [12])
+    finally:
+        backend.close()
