@@ -11,7 +11,7 @@ the dialects' (``dialect.py``, ``opensearch.py``, ``elasticsearch.py``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
@@ -218,14 +218,14 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         stale = self._articles_with_stale_contexts(latest)
         # Only now do article docs point readers at the new generation, whose contexts are all searchable.
         extra = self.dialect.article_fields
-        self._bulk(
-            "write articles",
-            lambda: (
+
+        def docs(part: Sequence[EncodedArticle]) -> Callable[[], Iterator[dict[str, Any]]]:
+            return lambda: (
                 bodies.article_action(i, articles, extra, spans, settled=i.article.id not in stale)
-                for i in latest
-            ),
-            writers=ARTICLE_WRITERS,
-        )
+                for i in part
+            )
+
+        self._bulk("write articles", *(docs(part) for part in _parts(latest)))
         if self._in_run and not encoded and not stale:
             # Nothing a reader sees changes but the new docs' arrival, each whole: one refresh at the
             # run's end makes them all searchable, where each write of a lazy ingest refreshed before.
@@ -303,23 +303,20 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
                 f" the index dimension is {self._meta.dim}"
             )
 
-    def _bulk(self, what: str, actions: Callable[[], Iterable[dict[str, Any]]], writers: int = 1) -> None:
-        """Send ``actions()`` with streaming_bulk, re-sending the whole batch after a network error.
+    def _bulk(self, what: str, *parts: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        """Send the actions of ``parts`` with streaming_bulk, re-sending them all after a network error.
 
         Ids are deterministic, so a re-sent batch overwrites what the first try stored, never duplicates.
-
-        Args:
-            writers: bulk requests in flight at once, each with a contiguous part of the actions (at
-                least ``WRITER_MIN_DOCS`` each): one engine thread indexes one request, and this process
-                prepares the next part's JSON while the engine indexes the first.
+        Several parts are sent at once, each by a thread of its own (``_parts``); each part's actions are
+        made as its requests fill, so this process prepares the next request while the engine indexes.
         """
         policy = self.retry
 
-        def stream(part: Iterable[dict[str, Any]]) -> tuple[int, list[dict[str, Any]]]:
+        def stream(part: Callable[[], Iterable[dict[str, Any]]]) -> tuple[int, list[dict[str, Any]]]:
             total, failures = 0, []
             for ok, item in self.dialect.streaming_bulk(
                 self.client,
-                part,
+                part(),
                 chunk_size=BULK_CHUNK,
                 max_chunk_bytes=BULK_BYTES,
                 raise_on_error=False,
@@ -333,17 +330,12 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
             return total, failures
 
         def send() -> tuple[int, list[dict[str, Any]]]:
-            if writers > 1:
-                listed = list(actions())
-                n = max(1, min(writers, len(listed) // WRITER_MIN_DOCS))
-                size = -(-len(listed) // n)
-                with ThreadPoolExecutor(max_workers=n, thread_name_prefix="bulk") as pool:
-                    parts = list(
-                        pool.map(stream, [listed[i : i + size] for i in range(0, len(listed), size)])
-                    )
-                total, failures = sum(t for t, _ in parts), [f for _, part in parts for f in part]
+            if len(parts) == 1:
+                total, failures = stream(parts[0])
             else:
-                total, failures = stream(actions())
+                with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="bulk") as pool:
+                    sent = list(pool.map(stream, parts))
+                total, failures = sum(n for n, _ in sent), [f for _, part in sent for f in part]
             lost = unavailable_shards(failures, total)
             if lost:  # a primary lost with its node, its replica not yet promoted: the batch again
                 raise PartialAnswer(lost)
@@ -572,3 +564,10 @@ def _create_index(engine: Dialect, client: Any, name: str, body: dict[str, Any])
                 raise
 
     return create
+
+
+def _parts(items: Sequence[EncodedArticle]) -> list[Sequence[EncodedArticle]]:
+    """``items`` in up to ``ARTICLE_WRITERS`` contiguous parts of at least ``WRITER_MIN_DOCS`` each."""
+    n = max(1, min(ARTICLE_WRITERS, len(items) // WRITER_MIN_DOCS))
+    size = -(-len(items) // n)
+    return [items[i : i + size] for i in range(0, len(items), size)]

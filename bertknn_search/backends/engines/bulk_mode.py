@@ -85,8 +85,10 @@ class EngineBulkMode:
         # Unrefreshed docs are counted once flushed: the engine's counts may lag the run's.
         if size > MERGE_MAX_BYTES or self._run_docs < MERGE_SHARE * max(docs, self._run_docs):
             return
+        # No flush (commit): the translog holds every write already, as after a refresh; the refresh
+        # that follows makes the merged segment searchable.
         merge = self.client.indices.forcemerge
-        self._call("merge the articles index", lambda: merge(index=articles, max_num_segments=1))
+        self._call("merge the articles index", lambda: merge(index=articles, max_num_segments=1, flush=False))
 
     def _enter_bulk_mode(self) -> None:
         """Record both indices' settings in the articles index's ``_meta``, then apply the bulk values.
