@@ -465,12 +465,15 @@ def report(r: dict[str, Any]) -> str:
         f" ({r['corpus']['text_mb']:.1f} MB of enwiki sentences), {r['questions']} questions x {r['rounds']}"
         f" rounds; {env['cpu']}, {env['cpu_count']} cores, {env['torch_threads']} torch threads;"
         f" engine heap {r['heap']}",
-        "",
-        "| backend | contexts | ingest s | contexts/s | vs embedded | add_articles s | share"
-        " | http s | gzip s | bulk took s | JVM CPU s | Python CPU s | load before -> after |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     ingested = r.get("ingest") if isinstance(r.get("ingest"), dict) else {}
+    if ingested:
+        lines += [
+            "",
+            "| backend | contexts | ingest s | contexts/s | vs embedded | add_articles s | share"
+            " | http s | gzip s | bulk took s | JVM CPU s | Python CPU s | load before -> after |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
     for name, i in ingested.items():
         lines.append(
             f"| {name} | {i['contexts']:,} | {i['seconds']:.1f} | {i['contexts_per_s']:.0f}"
