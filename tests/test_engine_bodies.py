@@ -434,7 +434,8 @@ def test_knn_approx_body() -> None:
     assert OPENSEARCH.knn_approx_body(np.ones(2, dtype=np.float16), 5) == {
         "size": 5,
         "track_total_hits": False,
-        "query": {"knn": {"vector": {"vector": [1.0, 1.0], "k": 5}}},
+        # ef_search: the lucene engine would explore only k candidates (see opensearch.EF_SEARCH).
+        "query": {"knn": {"vector": {"vector": [1.0, 1.0], "k": 5, "method_parameters": {"ef_search": 256}}}},
         "sort": [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}],
         "_source": ["article_id", "generation", "token_id", "sentence_id", "start", "end"],
     }
