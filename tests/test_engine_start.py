@@ -306,3 +306,20 @@ def test_a_node_left_running_by_an_earlier_start_is_named_with_its_pid(tmp_path:
         f"Error: port {port} on 127.0.0.1 is taken by a node of an earlier start on this --data, still"
         f" running (pid {orphan.pid}); stop it with 'kill {orphan.pid}', or pass --port"
     )
+
+
+@pytest.mark.opensearch
+@pytest.mark.parametrize("name", ["opensearch", "elasticsearch"])
+def test_nodes_started_here_run_without_the_real_memory_breaker(name: str, engines: object) -> None:
+    """Under the serial collector the real-memory check counted garbage as held: a 1 GB Elasticsearch node
+    answered every request with 429 until a forced GC. Nodes started here sum their child breakers."""
+    if os.environ.get(f"{name.upper()}_URL"):
+        pytest.skip("a cluster of your own: its settings are yours")
+    from urllib.request import urlopen
+
+    url = engines.url(name)  # type: ignore[attr-defined]
+    with urlopen(f"{url}/_nodes/settings", timeout=30) as response:
+        nodes = json.load(response)["nodes"]
+    assert nodes
+    for node in nodes.values():
+        assert node["settings"]["indices"]["breaker"]["total"]["use_real_memory"] == "false"
