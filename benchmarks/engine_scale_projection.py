@@ -92,7 +92,10 @@ def main() -> None:
         small = json.loads(args.smaller.read_text()) if args.smaller else None
     except (OSError, ValueError) as exc:
         raise SystemExit(f"cannot read the results: {exc}") from None
-    print("\n".join(project(big, small)))
+    try:
+        print("\n".join(project(big, small)))
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        raise SystemExit(f"not a bench_engine_scale.py results file (missing {exc})") from None
 
 
 if __name__ == "__main__":
