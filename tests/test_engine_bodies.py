@@ -389,24 +389,11 @@ def test_search_body_matches_unigrams_and_bigrams() -> None:
                 ]
             }
         },
+        "sort": [{"_score": "desc"}, {"id": "asc"}],
         # The question's next steps (coverage, the kNN filter, titles) without another request.
         "_source": STATE_FIELDS,
-        "track_total_hits": False,  # with a count (or a sort on score and id) Lucene scores every match
     }
-    assert bodies.search_body("Eiffel Tower", 3, by_id=True)["sort"] == [{"_score": "desc"}, {"id": "asc"}]
     assert bodies.search_body("the of and", 3) is None
-
-
-def test_rank_articles_orders_ties_by_id_and_asks_again_when_a_tie_may_go_on() -> None:
-    hit = ArticleHit
-    # Engine order: by score, ties in doc order.
-    hits = [hit("b", "", 3.0), hit("c", "", 2.0), hit("a", "", 2.0), hit("d", "", 1.0), hit("e", "", 0.5)]
-    assert [h.id for h in bodies.rank_articles(hits, 3, asked=5)] == ["b", "a", "c"]
-    # The n-th score is the last asked-for hit's: articles of that score may lie beyond.
-    tied = [hit("b", "", 3.0), hit("c", "", 2.0), hit("a", "", 2.0)]
-    assert bodies.rank_articles(tied, 2, asked=3) is None
-    # Fewer hits than asked for: every match is there.
-    assert [h.id for h in bodies.rank_articles(tied, 2, asked=4)] == ["b", "a"]
 
 
 def test_title_body() -> None:

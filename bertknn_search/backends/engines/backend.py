@@ -380,18 +380,10 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""
-        asked = n + bodies.TIE_SLACK
-        body = bodies.search_body(query, asked, self.dialect.bigram_field)
-        if body is None or n < 1:
+        body = bodies.search_body(query, n, self.dialect.bigram_field)
+        if body is None:
             return []
         response = self._search("search articles", "articles", body, search_type="dfs_query_then_fetch")
-        self._remember(response)
-        ranked = bodies.rank_articles(bodies.parse_articles(response), n, asked)
-        if ranked is not None:
-            return ranked
-        exact = bodies.search_body(query, n, self.dialect.bigram_field, by_id=True)
-        assert exact is not None
-        response = self._search("search articles", "articles", exact, search_type="dfs_query_then_fetch")
         self._remember(response)
         return bodies.parse_articles(response)
 

@@ -334,24 +334,11 @@ def stale_contexts_query(items: Sequence[EncodedArticle]) -> dict[str, Any]:
     }
 
 
-# Hits asked for beyond n in the relevance-ordered search, so that ties at the n-th score can be put in id
-# order here; only a tie reaching the last of them needs the id-sorted search (``search_body(by_id=True)``).
-TIE_SLACK = 2
-
-
-def search_body(
-    query: str, n: int, bigram_field: str = "terms.bigrams", by_id: bool = False
-) -> dict[str, Any] | None:
-    """BM25 over unigrams + bigrams of the shared terms. None when the query has no terms.
-
-    The top ``n`` by score alone, no total count: Lucene can then skip blocks no top hit can come from
-    (block-max WAND), where a sort on (score, id) or a hit count makes it score every matching article
-    (57 ms against tantivy's 2 ms at 100,000 articles). The caller orders ties by id (``rank_articles``).
+def search_body(query: str, n: int, bigram_field: str = "terms.bigrams") -> dict[str, Any] | None:
+    """BM25 over unigrams + bigrams of the shared terms; ties by id. None when the query has no terms.
 
     Args:
         bigram_field: where the engine's articles hold their bigrams (``Dialect.bigram_field``).
-        by_id: sort by (score, id) in the engine instead: exact for any tie, at the cost of scoring every
-            match; for a tie that reaches past the relevance-ordered hits.
     """
     unigrams, bigrams = query_terms(query)
     should = []
@@ -361,25 +348,12 @@ def search_body(
         should.append({"match": {bigram_field: " ".join(bigrams)}})
     if not should:
         return None
-    body: dict[str, Any] = {
+    return {
         "size": n,
         "query": {"bool": {"should": should}},
+        "sort": [{"_score": "desc"}, {"id": "asc"}],
         "_source": STATE_FIELDS,  # what the question needs of its articles next (``reads``)
     }
-    if by_id:
-        body["sort"] = [{"_score": "desc"}, {"id": "asc"}]
-    else:
-        body["track_total_hits"] = False
-    return body
-
-
-def rank_articles(hits: list[ArticleHit], n: int, asked: int) -> list[ArticleHit] | None:
-    """The top ``n`` of a relevance-ordered answer to a search for ``asked`` hits, ties by id; None when a
-    tie at the n-th score reaches the last hit asked for (more articles of that score may lie beyond)."""
-    ranked = sorted(hits, key=lambda h: (-h.score, h.id))
-    if len(hits) >= asked and n < len(ranked) and ranked[n - 1].score == ranked[-1].score:
-        return None
-    return ranked[:n]
 
 
 def title_body(title: str, n: int = 1) -> dict[str, Any]:
