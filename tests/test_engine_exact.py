@@ -142,3 +142,26 @@ def test_stats_and_reads(backend: EngineBackend) -> None:
     assert (stats.articles, stats.sentences, stats.contexts) == (3, 6, 7)
     assert [hit.id for hit in backend.find_titles("quimby", 3)] == ["2"]
     assert backend.sentences([("3", 1)]) == ["Flarn River two."]
+
+
+@pytest.mark.parametrize("tied", [2, 9])
+def test_search_articles_orders_tied_scores_by_id_like_embedded(
+    cluster_config: Config, tmp_path: Path, tied: int
+) -> None:
+    """Articles of one text score alike; written in reverse id order, the engine's own order of ties (its
+    doc order) is the opposite of the id order both backends promise."""
+    text = "Glimmerfen borders Ostrava."
+    items = [article(str(10 + i), "Twin", text, [unit(0)], f"t{i}") for i in range(tied)]
+    items.append(article("99", "Other", "Glimmerfen is a marsh.", [unit(1)], "o"))
+    engine = EngineBackend.create(cluster_config, META)
+    embedded = EmbeddedBackend.create(tmp_path / "index", META)
+    try:
+        engine.add_articles(list(reversed(items)))
+        embedded.add_articles(items)
+        for n in (1, 3):
+            got = engine.search_articles("Glimmerfen borders Ostrava", n)
+            want = embedded.search_articles("Glimmerfen borders Ostrava", n)
+            assert [h.id for h in got] == [h.id for h in want] == sorted(h.id for h in want)
+    finally:
+        engine.close()
+        embedded.close()
