@@ -330,6 +330,7 @@ class Cluster:
                 health
                 and int(str(health.get("number_of_nodes", 0))) >= want
                 and health.get("status") != "red"
+                and self._every_node_answers()
             ):
                 return
             if time.monotonic() > deadline:
@@ -358,6 +359,20 @@ class Cluster:
             except (OSError, urllib.error.URLError, ValueError):
                 continue
         return None
+
+    def _every_node_answers(self) -> bool:
+        """Whether each running node answers HTTP itself: a restarted node counts in the others' health
+        once it joins over transport, which can be before its own HTTP port is bound."""
+        for i, proc in enumerate(self.procs):
+            if proc is None or proc.poll() is not None:
+                continue
+            try:
+                url = f"{self.node_url(i)}/_cluster/health?local=true"
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    response.read()
+            except (OSError, urllib.error.URLError, ValueError):
+                return False
+        return True
 
     def why(self, i: int) -> str:
         """The first ``error:`` line of this run's part of node ``i``'s console log (the launcher prints

@@ -323,3 +323,45 @@ def test_nodes_started_here_run_without_the_real_memory_breaker(name: str, engin
     assert nodes
     for node in nodes.values():
         assert node["settings"]["indices"]["breaker"]["total"]["use_real_memory"] == "false"
+
+
+def test_ready_waits_until_every_node_answers_http_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted node counts in the others' health once it joins over transport, which can be before its
+    own HTTP port is bound: a test that then asked it for health met a refused connection. Ready means
+    every node answers."""
+    from tests.loopback import LoopbackServer, QuietHandler
+
+    class Health(QuietHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"number_of_nodes": 2, "status": "green"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    class Running:
+        returncode = None
+
+        def poll(self) -> None:
+            return None
+
+    joined = LoopbackServer(Health)  # node 1: counts both nodes
+    silent = f"http://127.0.0.1:{free_port()}"  # node 0: joined, its HTTP not bound yet
+    urls = [silent, joined.url]
+    cluster = Cluster(engine("opensearch"), port=free_port(), nodes=2, data=tmp_path)
+    monkeypatch.setattr(cluster, "node_url", lambda i: urls[i])
+    cluster.procs = [Running(), Running()]  # type: ignore[list-item]
+    try:
+        with pytest.raises(EngineError, match="did not become ready"):
+            cluster.wait_ready(timeout=1.5)
+        bound = LoopbackServer(Health)
+        urls[0] = bound.url
+        try:
+            cluster.wait_ready(timeout=10)  # returns once node 0 answers too
+        finally:
+            bound.close()
+    finally:
+        joined.close()
