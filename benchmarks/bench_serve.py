@@ -28,7 +28,6 @@ import argparse
 import http.client
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from common import (
     build_model,
     environment,
     run_benchmark,
+    start_serve,
 )
 
 from bertknn_search.config import Config
@@ -81,24 +81,8 @@ class Server:
             cmd = [sys.executable, "-c", PATIENCE_SERVE, str(patience_s), *args]
         # A load test asks more than a tokenless client may at once (docs/serving.md, limits).
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "BERTKNN_SERVE_LIMITS": "questions=1024,articles=100000"}
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
-        )
-        self.log: list[str] = []
-        ready = threading.Event()
-        self.url = ""
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.log.append(line)
-                if match := re.search(r"ready: (http://\S+)", line):
-                    self.url = match.group(1)
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(max_seconds) or not self.url:
+        self.proc, self.url, self.log = start_serve(cmd, env, max_seconds)
+        if not self.url:
             self.stop()
             raise RuntimeError("the server did not start:\n" + "".join(self.log))
 

@@ -7,9 +7,12 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -316,3 +319,27 @@ def run_benchmark(
     results = run(args)
     print(report(results))
     write_results(args.out, results)
+
+
+def start_serve(
+    cmd: Sequence[str], env: dict[str, str], timeout_s: float
+) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """A ``bertknn-search serve`` command in a child process: the process, the URL of its ``ready:`` line
+    ("" if none came within ``timeout_s`` or it ended first) and its stderr lines, which keep growing."""
+    proc = subprocess.Popen(list(cmd), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    log: list[str] = []
+    found: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            log.append(line)
+            if match := re.search(r"ready: (http://\S+)", line):
+                found.append(match.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    ready.wait(timeout_s)
+    return proc, (found[0] if found else ""), log

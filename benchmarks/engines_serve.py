@@ -18,7 +18,6 @@ import http.client
 import http.server
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from common import load_average, percentiles
+from common import load_average, percentiles, start_serve
 
 from bertknn_search.config import Config
 from bertknn_search.records import Question
@@ -83,24 +82,8 @@ class ServeProcess:
         if prelude is not None:  # the same command with a patch applied first (a same-run comparison)
             cmd = [sys.executable, "-c", prelude, *args]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
-        )
-        self.log: list[str] = []
-        self.url = ""
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.log.append(line)
-                if match := re.search(r"ready: (http://\S+)", line):
-                    self.url = match.group(1)
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(READY_S) or not self.url:
+        self.proc, self.url, self.log = start_serve(cmd, env, READY_S)
+        if not self.url:
             self.stop()
             raise SystemExit(f"serve for {name} did not start:\n" + "".join(self.log[-20:]))
         parts = urllib.parse.urlsplit(self.url)
