@@ -51,14 +51,7 @@ def index_settings(config: Config, kind: str) -> tuple[str | None, str]:
 def test_an_add_never_updates_the_contexts_mapping(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = EngineBackend.create(config, META)
     contexts = bodies.index_names(config.opensearch_prefix)["contexts"]
-    updated: list[str] = []
-    real_put = backend.client.indices.put_mapping
-
-    def put_mapping(**kwargs: Any) -> Any:
-        updated.append(str(kwargs.get("index")))
-        return real_put(**kwargs)
-
-    monkeypatch.setattr(backend.client.indices, "put_mapping", put_mapping)
+    updated = spy_indices(backend, monkeypatch, "put_mapping")
     backend.add_articles(ARTICLES[:1])
     # The record of both indices' values is in the articles index's _meta, none in the contexts'.
     record = index_meta(config, "articles")[bodies.RESTORE_KEY]
@@ -105,16 +98,21 @@ def text_only(aid: str, title: str, fingerprint: str = "t1") -> EncodedArticle:
     return EncodedArticle(Article(aid, title, f"{title} is a place in Zorbland."), None, fingerprint)
 
 
-def spy_refreshes(backend: EngineBackend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    refreshed: list[str] = []
-    real = backend.client.indices.refresh
+def spy_indices(backend: EngineBackend, monkeypatch: pytest.MonkeyPatch, method: str) -> list[str]:
+    """The ``index`` of each call of the client's ``indices.<method>`` from now on (the call still made)."""
+    called: list[str] = []
+    real = getattr(backend.client.indices, method)
 
-    def refresh(**kwargs: Any) -> Any:
-        refreshed.append(str(kwargs.get("index")))
+    def spy(**kwargs: Any) -> Any:
+        called.append(str(kwargs.get("index")))
         return real(**kwargs)
 
-    monkeypatch.setattr(backend.client.indices, "refresh", refresh)
-    return refreshed
+    monkeypatch.setattr(backend.client.indices, method, spy)
+    return called
+
+
+def spy_refreshes(backend: EngineBackend, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    return spy_indices(backend, monkeypatch, "refresh")
 
 
 def test_a_run_of_text_only_writes_refreshes_once_at_its_end(
