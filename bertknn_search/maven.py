@@ -19,8 +19,8 @@ from importlib.resources import files
 from pathlib import Path
 
 FETCH_EVERY_S = 10.0  # without a terminal, how often a fetch says how far it is
-# Maven's "Downloaded from central: URL (1.2 MB at 3.4 MB/s)"
-DOWNLOADED = re.compile(r"^Downloaded from .*\((\d+(?:\.\d+)?) (B|kB|KB|MB|GB) at ")
+# Maven's "Downloaded from central: URL (1.2 MB at 3.4 MB/s)", "[INFO] "-prefixed in batch mode (-B)
+DOWNLOADED = re.compile(r"^(?:\[INFO\] )?Downloaded from .*\((\d+(?:\.\d+)?) (B|kB|KB|MB|GB) at ")
 UNIT = {"B": 1, "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3}
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"  # the version the poms use
 Say = Callable[[str], None]

@@ -65,7 +65,7 @@ MODELS = {
             checks=(
                 Check("The capital of France is [MASK].", "Paris"),
                 Check("The native language of Jacques Chirac is [MASK].", "French", within=1),
-                Check("iPhone is produced by [MASK].", "Apple"),
+                Check("Paris is the capital of [MASK].", "France", within=1),
             ),
             description="BERT-base, cased English (LAMA's baseline)",
         ),
@@ -76,8 +76,8 @@ MODELS = {
             jar_mb=662,
             checks=(
                 Check("The capital of France is [MASK].", "Paris"),
-                Check("Die Hauptstadt von Deutschland ist [MASK].", "Berlin"),
-                Check("La capitale de l'Italie est [MASK].", "Rome"),
+                Check("Die Hauptstadt von Frankreich ist [MASK].", "Paris", within=1),
+                Check("Paris est la capitale de la [MASK].", "France", within=1),
             ),
             description="BERT-base, cased, 104 languages",
         ),
