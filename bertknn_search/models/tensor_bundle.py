@@ -304,7 +304,7 @@ def write_bundle(index: Path, tensors: dict[str, np.ndarray], block_bytes: int =
     data = bytearray()
     items: list[tuple[bytes, bytes]] = [(b"", _field_varint(1, 1) + _field_varint(3, 1))]
     for name in sorted(tensors):
-        array = np.ascontiguousarray(tensors[name])
+        array = np.asarray(tensors[name], order="C")  # (ascontiguousarray makes a scalar 1-d)
         dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
         raw = array.astype(dtype, copy=False).tobytes()
         shape = b"".join(_field_bytes(2, _field_varint(1, dim)) for dim in array.shape)
