@@ -53,7 +53,10 @@ def get(name: str, as_json: bool, no_progress: bool) -> None:
 @model_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the models as a JSON list.")
 def list_models(as_json: bool) -> None:
-    """The models 'model get' knows, and whether each is converted here (and where)."""
+    """The models 'model get' knows, and whether each is converted here (and where).
+
+    Example: bertknn-search model list --json
+    """
     from bertknn_search.encoding.model_lookup import converted_folder
     from bertknn_search.models.catalog import MODELS
 
