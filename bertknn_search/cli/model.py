@@ -36,6 +36,13 @@ def get(name: str, as_json: bool, no_progress: bool) -> None:
 
     Example: bertknn-search model get bert-base-cased
     """
+    from bertknn_search.encoding.model_lookup import converted_folder
+
+    # A model already converted is said without importing numpy or the converter: a second run is instant.
+    found = converted_folder(name) if name in _known() else None
+    if found is not None and not as_json:
+        click.echo(f"{name}: already converted at {found}")
+        return
     from bertknn_search.models.get import get as get_model
 
     got = get_model(name, say=lambda line: click.echo(line, err=True), progress=not no_progress)
@@ -48,6 +55,12 @@ def get(name: str, as_json: bool, no_progress: bool) -> None:
         click.echo(f"{got.name}: converted at {got.folder} in {got.seconds:.0f} s")
     else:
         click.echo(f"{got.name}: already converted at {got.folder}")
+
+
+def _known() -> set[str]:
+    from bertknn_search.models.catalog import MODELS
+
+    return set(MODELS)
 
 
 @model_group.command("list")
