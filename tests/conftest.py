@@ -246,6 +246,12 @@ def bert_base_uncased() -> Path:
     return bert_base("bert-base-uncased")
 
 
+@pytest.fixture(scope="session")
+def bert_base_cased() -> Path:
+    """LAMA's baseline model (Petroni et al.): BERT-base cased."""
+    return bert_base("bert-base-cased")
+
+
 # -- the summary's last lines: why tests were skipped ----------------------------------------------------
 def skip_reasons(reports: list[Any]) -> list[str]:
     """One line per reason the skipped ``reports`` give, most skips first ("23 skipped: shared data not

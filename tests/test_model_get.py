@@ -419,3 +419,27 @@ def test_tf_names_map_to_transformers_names() -> None:
     assert torch_name("module/bert/pooler/dense/kernel") is None
     with pytest.raises(ConvertError, match="unexpected variable 'module/bert/encoder/layer_0/odd/kernel'"):
         torch_name("module/bert/encoder/layer_0/odd/kernel")
+
+
+def test_two_runs_at_once_convert_once(fake: dict[str, Path]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Each run opens the lock file itself, as two processes would: the second waits, then finds the model.
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: get(NAME, say=lambda line: None, progress=False), range(2)))
+    assert sorted(run.converted for run in runs) == [False, True]
+    assert len(mvn_calls(fake)) == 1
+
+
+def test_the_cache_is_the_variable_else_xdg_else_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bertknn_search.encoding.model_lookup import models_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BERTKNN_MODEL_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert models_root() == tmp_path / "home" / ".cache" / "bertknn-search" / "models"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models_root() == tmp_path / "xdg" / "bertknn-search" / "models"
+    monkeypatch.setenv("BERTKNN_MODEL_CACHE", str(tmp_path / "mine"))
+    assert models_root() == tmp_path / "mine"
+    assert converted_folder("someone/bert") is None and converted_folder("../bert") is None
