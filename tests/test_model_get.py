@@ -431,7 +431,9 @@ def test_two_runs_at_once_convert_once(fake: dict[str, Path]) -> None:
     assert len(mvn_calls(fake)) == 1
 
 
-def test_the_cache_is_the_variable_else_xdg_else_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_cache_is_the_variable_else_xdg_else_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from bertknn_search.encoding.model_lookup import models_root
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
