@@ -43,6 +43,7 @@ HIDDEN, LAYERS, INTER, POSITIONS = 8, 2, 16, 16
 FAKE_MVN = """#!/bin/sh
 echo "$@" >> "$MVN_ARGS"
 if [ -n "$MVN_FAIL" ]; then echo "[ERROR] Could not resolve $MVN_FAIL"; exit 1; fi
+if [ -n "$MVN_GROW" ]; then head -c 2000000 /dev/zero > "$MVN_GROW"; sleep 2.5; fi
 echo "[INFO] Downloaded from central-only: https://repo.maven.apache.org/x.jar (1.5 MB at 3.0 MB/s)"
 """
 
@@ -132,6 +133,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("MVN_ARGS", str(tmp_path / "mvn-args"))
     monkeypatch.delenv("MVN_FAIL", raising=False)
+    monkeypatch.delenv("MVN_GROW", raising=False)
     monkeypatch.setitem(MODELS, NAME, SPEC)
     from huggingface_hub import constants
 
@@ -445,3 +447,14 @@ def test_the_cache_is_the_variable_else_xdg_else_home(
     monkeypatch.setenv("BERTKNN_MODEL_CACHE", str(tmp_path / "mine"))
     assert models_root() == tmp_path / "mine"
     assert converted_folder("someone/bert") is None and converted_folder("../bert") is None
+
+
+def test_a_large_download_says_how_far_it_is_before_maven_does(
+    fake: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Maven names a file's size only once it is done: the growing partial file is the progress meanwhile.
+    monkeypatch.setenv("MVN_GROW", str(fake["jar"].with_name(fake["jar"].name + ".part")))
+    monkeypatch.setattr(maven, "FETCH_EVERY_S", 0.0)
+    said: list[str] = []
+    get(NAME, say=said.append, progress=False)
+    assert "fetched 0 files, 2.0 MB so far" in said, said
