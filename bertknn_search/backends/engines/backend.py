@@ -17,8 +17,8 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from bertknn_search.backends.base import check_meta, extrapolate
-from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.base import check_meta, extrapolate, title_patterns
+from bertknn_search.backends.engines import bodies, dialect_for, subject_search
 from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
     RetryPolicy,
@@ -368,10 +368,33 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
     def find_titles(self, title: str, n: int) -> list[ArticleHit]:
         response = self._search("look up a title", "articles", bodies.title_body(title, n))
         self._remember(response)
-        return [
-            ArticleHit(h["_id"], h["_source"]["title"], float("inf"), h["_source"].get("popularity"))
-            for h in response["hits"]["hits"]
-        ]
+        return subject_search.title_hits(response)
+
+    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
+        """The title lookup and the BM25 search in one ``_msearch`` (``subject_search``)."""
+        body = subject_search.lines(subject, query, n, self.dialect.bigram_field)
+        if body is None:
+            return self.find_titles(subject, n)
+        send = subject_search.msearch(self.client, self.names["articles"], body)
+        titled, searched = self._call("look up a title and search articles", send)
+        if "error" in titled:  # asked alone: its retries, or its one-line error
+            return self.find_titles(subject, n) or self.search_articles(query, n)
+        if titled["hits"]["hits"]:
+            self._remember(titled)
+            return subject_search.title_hits(titled)
+        if "error" in searched:
+            return self.search_articles(query, n)
+        self._remember(searched)
+        return bodies.parse_articles(searched)
+
+    def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
+        send = subject_search.msearch(
+            self.client, self.names["articles"], subject_search.closest_lines(subject, n)
+        )
+        found = subject_search.first_titles(self._call("list titles", send))
+        if found is None:  # asked one by one: their retries, or their one-line error
+            return next((hits for p in title_patterns(subject) if (hits := self.list_titles(p, n))), [])
+        return found
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)
