@@ -54,16 +54,14 @@ from bertknn_search.config import Config
 ATTACKER = r"""
 import asyncio, json, sys, time
 host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-every, seconds = float(sys.argv[4]), float(sys.argv[5])
-counts = {"connects": 0, "closed": 0, "failed": 0, "lines": 0, "open_at_ramp": 0}
-end = time.monotonic() + seconds
-opened = 0
+every, seconds, ramp_bound = float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+counts = {"connects": 0, "closed": 0, "failed": 0, "lines": 0, "ramp_s": 0.0}
+state = {"stop": False, "opened": 0}
 
 async def one(i):
-    global opened
     await asyncio.sleep(i * 0.0005)  # a ramp, not 10,000 SYNs at once
     first = True
-    while time.monotonic() < end:
+    while not state["stop"]:
         try:
             reader, writer = await asyncio.open_connection(host, port)
         except OSError:
@@ -72,11 +70,11 @@ async def one(i):
             continue
         counts["connects"] += 1
         if first:
-            opened += 1
+            state["opened"] += 1
             first = False
         try:
             writer.write(b"GET / HTTP/1.1\r\n")
-            while time.monotonic() < end:
+            while not state["stop"]:
                 try:
                     data = await asyncio.wait_for(reader.read(1024), timeout=every)
                     if not data:
@@ -93,12 +91,16 @@ async def one(i):
         await asyncio.sleep(every)  # the next tick: open it again
 
 async def main():
+    start = time.monotonic()
     tasks = [asyncio.create_task(one(i)) for i in range(n)]
-    while opened < n and time.monotonic() < end:
+    while state["opened"] < n and time.monotonic() - start < ramp_bound:
         await asyncio.sleep(0.2)
-    counts["open_at_ramp"] = opened
+    counts["ramp_s"] = time.monotonic() - start
+    counts["opened"] = state["opened"]
     print("RAMPED", flush=True)
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(seconds)
+    state["stop"] = True
+    await asyncio.wait(tasks, timeout=2 * every + 5)
     print(json.dumps(counts), flush=True)
 
 asyncio.run(main())
@@ -195,9 +197,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     str(each),
                     str(args.every_s),
                 ]
-                attackers.append(
-                    subprocess.Popen([*cmd, str(args.slow_seconds)], stdout=subprocess.PIPE, text=True)
-                )
+                cmd += [str(args.slow_seconds), str(args.ramp_bound_s)]
+                attackers.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
             for proc in attackers:
                 assert proc.stdout is not None
                 proc.stdout.readline()  # RAMPED
@@ -219,9 +220,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             progress.done("beside slow clients", f"median {during['median_ms']:.1f} ms", beside=during)
             counts = []
             for proc in attackers:
-                out, _ = proc.communicate(timeout=args.slow_seconds + 120)
+                out, _ = proc.communicate(timeout=args.slow_seconds + args.ramp_bound_s + 120)
                 counts.append(json.loads(out.strip().splitlines()[-1]))
-            results["attackers"] = {k: sum(c[k] for c in counts) for k in counts[0]}
+            results["attackers"] = {k: round(sum(c[k] for c in counts), 1) for k in counts[0]}
             after = timed_questions(url, question, args.repeats, 60)
             alone = (before["median_ms"] + after["median_ms"]) / 2
             progress.done(
@@ -274,6 +275,7 @@ def main() -> None:
     parser.add_argument("--attackers", type=int, default=4, help="processes they are spread over")
     parser.add_argument("--every-s", type=float, default=3.0, help="a header line this often")
     parser.add_argument("--slow-seconds", type=float, default=60.0, help="how long the slow clients run")
+    parser.add_argument("--ramp-bound-s", type=float, default=300.0, help="at most this long to connect all")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--gap-s", type=float, default=0.5, help="between the questions beside them")
     parser.add_argument("--tmp", type=Path, default=None)
