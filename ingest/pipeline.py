@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from bertknn_search import interrupts
 from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
@@ -203,7 +204,7 @@ def ingest(
             first_chunk = _ahead(chunks)
         # The first chunk is read and prepared before a new index is created: input that fails at
         # once leaves no index behind.
-        first = first_chunk.result()
+        first = interrupts.result(first_chunk)
         if backend is None:
             backend = open_backend(config, create=meta)
             check_splitter(backend.meta().splitter, backend.location)
@@ -239,7 +240,7 @@ def ingest(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
             ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed, unstorable)
-            while (prepared := ahead.result()) is not None:
+            while (prepared := interrupts.result(ahead)) is not None:
                 ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed, unstorable)
                 counts["already_stored"] += prepared.reused
                 counts["empty"] += prepared.empty
@@ -320,7 +321,7 @@ class _Writes:
     def settle(self, write: Future[None]) -> None:
         """Wait for one write; a failed one is reported with what the run has kept."""
         try:
-            write.result()
+            interrupts.result(write)
         except StoreWriteError as exc:
             kept = (
                 f"the {self.committed:,} articles written before it are kept and the rest is not:"

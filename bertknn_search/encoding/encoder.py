@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bertknn_search import interrupts
 from bertknn_search.encoding.deferred_imports import deferred
 from bertknn_search.encoding.heads import architectures_have_head, no_head_line
 from bertknn_search.encoding.model_lookup import (
@@ -307,6 +308,7 @@ class Encoder:
         cuda = dev.type == "cuda"
         in_flight: tuple[Any, Any] | None = None
         for rows, positions in batches:
+            interrupts.check()  # a Ctrl-C noted during the last batch stops here, outside torch
             ids, attention = self._pad(rows)
             with torch.inference_mode():
                 out = self.trunk(
@@ -369,6 +371,7 @@ class Encoder:
         """
         import torch
 
+        interrupts.check()
         rows = [self.prepare(q) for q in questions]
         empty_p = np.zeros((0, self.vocab_size), np.float32) if self.has_head else None
         if not rows:
