@@ -58,3 +58,76 @@ def test_index_from_the_environment_with_an_engine_backend_still_works(tmp_path:
     env = {"BERTKNN_INDEX": str(tmp_path), "OPENSEARCH_URL": "http://127.0.0.1:9"}
     result = CliRunner().invoke(main, ["stats", "--backend", "opensearch"], env=env)
     assert "--index names" not in result.output
+
+
+# -- 52.4: the page's [MASK] hint and model name -------------------------------------------------------
+APP_JS = Path(__file__).resolve().parents[1] / "bertknn_search" / "server" / "static" / "app.js"
+
+# Runs the page's script in node with a stand-in for the browser, then prints what the named functions
+# return for the given arguments (one JSON array of results).
+NODE_RUNNER = r"""
+const vm = require("vm"), fs = require("fs");
+const stub = new Proxy(function () {}, {
+  get: (t, k) => (k === Symbol.toPrimitive ? () => "" : stub),
+  apply: () => stub,
+});
+const context = vm.createContext({
+  document: stub, window: stub, location: { search: "", pathname: "/" }, history: stub, console,
+  fetch: () => Promise.reject(new Error("no server")), setTimeout: () => 0, clearTimeout: () => {},
+  URLSearchParams,
+});
+vm.runInContext(fs.readFileSync(process.argv[1], "utf8"), context);
+const calls = JSON.parse(process.argv[2]);
+console.log(JSON.stringify(calls.map(([name, arg]) => vm.runInContext(name, context)(arg))));
+"""
+
+
+def run_page_functions(calls: list[tuple[str, str]]) -> list[object]:
+    import json
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    done = subprocess.run(
+        [node, "-e", NODE_RUNNER, str(APP_JS), json.dumps(calls)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("typed", ["<mask>", "<MASK>", "___", "{mask}", "[blank]", "[mask]"])
+def test_the_page_gives_the_clis_did_you_mean_for_another_mask(typed: str) -> None:
+    from bertknn_search.errors import QuestionError
+    from bertknn_search.textcheck import check_question
+
+    question = f"Einstein was born in {typed}."
+    with pytest.raises(QuestionError) as cli_says:
+        check_question(question)
+    [page_says] = run_page_functions([("maskProblem", question)])
+    assert isinstance(page_says, str)
+    hint = str(cli_says.value).split("?")[0]  # the CLI's line, up to its question mark
+    assert page_says.startswith("The" + hint[3:] + "?"), (page_says, hint)
+
+
+def test_the_page_counts_masks_as_before() -> None:
+    said = run_page_functions([("maskProblem", "A [MASK] and [MASK]."), ("maskProblem", "A [MASK].")])
+    assert said == ["The question needs exactly one [MASK]; it has 2.", None]
+
+
+def test_the_footer_names_a_model_folder_by_its_last_two_parts() -> None:
+    names = [
+        "bert-base-uncased",
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "/tmp/walk/model",
+        "/root/.cache/bertknn-search/models/bert-base-uncased",
+        "./models/minilm",
+    ]
+    assert run_page_functions([("modelLabel", n) for n in names]) == [
+        "bert-base-uncased",
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "walk/model",
+        "models/bert-base-uncased",
+        "models/minilm",
+    ]
