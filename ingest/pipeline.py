@@ -448,6 +448,7 @@ def _prepare(
         if p.note is not None:
             unparsed(p.note)
     latest = {p.article.id: p for p in chunk}  # an id seen twice in one chunk: the later text wins
+    again_in_chunk = len(chunk) - len(latest)  # counted before any is skipped: a skip is no duplicate
     # Skipped on every backend alike, so that no index holds an article another could not.
     refused = {aid: why for aid, p in latest.items() if (why := record_limits.unstorable(p.article))}
     for aid, why in refused.items():
@@ -471,7 +472,7 @@ def _prepare(
         reused=len(with_text) - len(todo),
         empty=len(latest) - len(with_text),
         replaced=sum(p.article.id in stored or p.article.id in earlier for p in todo),
-        duplicates=len(chunk) - len(latest) + len(earlier),
+        duplicates=again_in_chunk + len(earlier),
     )
 
 
