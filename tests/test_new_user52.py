@@ -131,3 +131,22 @@ def test_the_footer_names_a_model_folder_by_its_last_two_parts() -> None:
         "models/bert-base-uncased",
         "models/minilm",
     ]
+
+
+# -- 52.6: make demo says what it installs, and how long, before it does -------------------------------
+def test_make_demo_says_what_it_installs_and_how_long_before_it_starts(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[1]
+    shown = subprocess.run(
+        [make, "-n", "-B", "demo", f"VENV={tmp_path / 'venv'}"], cwd=root, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    commands = shown.stdout.splitlines()
+    first_install = next(i for i, c in enumerate(commands) if "pip install" in c)
+    said = " ".join(c for c in commands[:first_install] if c.startswith("echo "))
+    assert "torch" in said and "min" in said and "test extras" in said, commands[:first_install]
