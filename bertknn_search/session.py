@@ -115,6 +115,23 @@ def engine_hint(error: IndexNotFoundError, resolved: Resolved) -> IndexNotFoundE
     return error
 
 
+def new_index_note(resolved: Resolved) -> str | None:
+    """The line for ``ingest wiki`` about to make a new embedded index while an engine's URL is set and no
+    backend was asked for: most likely the engine was meant (the README exports its URL)."""
+    from bertknn_search.backends.embedded.sqlite_file import DB_NAME
+
+    if resolved.config.backend != "embedded" or resolved.given("backend"):
+        return None
+    for engine in ("opensearch", "elasticsearch"):
+        origin = resolved.origins.get(f"{engine}_url")
+        if origin is not None and not (resolved.config.index / DB_NAME).exists():
+            return (
+                f"building an embedded index at {resolved.config.index} (the default backend); {origin} is"
+                f" set: --backend {engine} builds it on {engine} instead"
+            )
+    return None
+
+
 def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
     """Take the encoding settings (``ADOPTED``) from the index; any the user gave must agree with it.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -150,3 +151,22 @@ def test_make_demo_says_what_it_installs_and_how_long_before_it_starts(tmp_path:
     first_install = next(i for i, c in enumerate(commands) if "pip install" in c)
     said = " ".join(c for c in commands[:first_install] if c.startswith("echo "))
     assert "torch" in said and "min" in said and "test extras" in said, commands[:first_install]
+
+
+def test_ingest_into_a_new_embedded_index_while_an_engine_url_is_set_says_so(
+    base_config: Any, tmp_path: Path
+) -> None:
+    import json
+
+    source = tmp_path / "input.jsonl"
+    source.write_text(json.dumps({"id": "1", "title": "Vell", "text": "Vell was born in Ostria."}) + "\n")
+    args = ["ingest", "wiki", str(source), "--model", base_config.model, "--index", str(tmp_path / "index")]
+    env = {"OPENSEARCH_URL": "http://127.0.0.1:9", "BERTKNN_BACKEND": ""}
+    first = CliRunner().invoke(main, [*args, "--no-progress"], env=env)
+    assert first.exit_code == 0, first.output
+    assert first.stderr.splitlines()[0] == (
+        f"building an embedded index at {tmp_path / 'index'} (the default backend); OPENSEARCH_URL is set:"
+        " --backend opensearch builds it on opensearch instead"
+    )
+    again = CliRunner().invoke(main, [*args, "--no-progress"], env=env)  # the index exists: nothing to say
+    assert again.exit_code == 0 and "building an embedded index" not in again.stderr
