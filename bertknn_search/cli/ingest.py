@@ -56,8 +56,9 @@ def ingest_wiki(
     from bertknn_search.ingest.pipeline import ingest as run_ingest
 
     resolved, said = session.policy_for_model(session.open_index(flags, must_exist=False))
-    if said and not as_json:
-        click.echo(said, err=True)
+    for line in (session.new_index_note(resolved), said):
+        if line and not as_json:
+            click.echo(line, err=True)
     config = resolved.config
     # JSON output is for scripts: no bar on stderr to mix into their logs (as for add).
     progress = not (no_progress or as_json)

@@ -108,11 +108,16 @@ def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = Fa
     place = discovery.announcement_for(config)
 
     def announce() -> None:
+        # "starting" once uvicorn answers (GET /serving proves the nonce while the model loads), so that
+        # 'query --server auto' waits for this server instead of saying there is none; "ready" once loaded.
+        while not (server.started or batcher.done.wait(0.05) or server.should_exit):
+            pass
+        if place is not None and server.started and not batcher.done.is_set():
+            discovery.announce(place, discovery.client_url(host, bound), settings.nonce, starting=True)
         batcher.done.wait()
         if batcher.error is not None:
             server.should_exit = True
         else:
-            # Once the model is loaded, not before: a query pointed here gets answers, not a wait.
             if place is not None:
                 discovery.announce(place, discovery.client_url(host, bound), settings.nonce)
             log.info("ready: %s (page at /, API docs at /docs)", url)
