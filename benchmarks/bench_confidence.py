@@ -194,6 +194,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--write-fit", type=Path, help="write the fit here (the package's shipped fit)")
     parser.add_argument("--no-batch", action="store_true", help="skip the default batch run")
+    parser.add_argument("--model", help="model folder (default: all-MiniLM-L6-v2, kNN alone)")
+    parser.add_argument("--layer", type=int, default=6, help="layer of --model's keys (BERT-base: 11)")
+    parser.add_argument("--method", choices=["knn", "interpolated"], default="knn", help="the fit's method")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     load = load_average()
@@ -203,9 +206,11 @@ def main() -> None:
     summary_ = write_evidence_corpus(
         evidence_files(lama=lama, relations=relations), corpus, args.per_relation
     )
+    model = args.model or str(minilm())
+    name = Path(model).name
     base = Config(
-        model=str(minilm()),
-        layer=6,
+        model=model,
+        layer=args.layer,
         mask_policy="single-wordpiece-no-stopwords",
         index=args.work / "idx",
         contexts="eager",
@@ -228,11 +233,12 @@ def main() -> None:
             {"budget": budget, "answers": len(rows), "partial": len(mine), "seconds": round(took, 1)}
         )
     about = {
-        "model": "all-MiniLM-L6-v2 (kNN alone), layer 6, single-wordpiece-no-stopwords",
+        "model": f"{name} ({'kNN alone' if args.method == 'knn' else 'BERT-kNN, lambda 0.3'}), layer"
+        f" {args.layer}, single-wordpiece-no-stopwords",
         "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, and born_year and"
         " born_month facts built from T-REx evidences; evidence corpus",
         "fitted_by": "benchmarks/bench_confidence.py",
-        "applies_to": {"methods": ["knn"], "models": ["minilm"]},
+        "applies_to": {"methods": [args.method], "models": [name.lower()]},
     }
     fit, report = calibrate([*exact, *partial], about=about)
     fits = left_out_fits([*exact, *partial])
@@ -251,7 +257,7 @@ def main() -> None:
         "environment": environment("cpu"),
         "load_average_before": load,
         "settings": {
-            "model": "all-MiniLM-L6-v2",
+            "model": name,
             "layer": base.layer,
             "mask_policy": base.mask_policy,
             "k": base.k,

@@ -303,7 +303,10 @@ def confidence_summary(lines: Sequence[Mapping[str, Any]], searcher: Searcher) -
     fit = searcher.confidence_fit
     p = fit.probability([r.signals for r in rows])
     about = fit.about
-    out = {"fit": f"{about.get('model', 'unknown model')}, {about.get('stored', 'shipped with the package')}"}
+    out = {
+        "fit": f"{about.get('model', 'unknown model')}, {about.get('stored', 'shipped with the package')}",
+        "fit_name": searcher.fit_name,
+    }
     return {**out, **summary(rows, p, fit), "reliability": reliability(p, [r.hit for r in rows])}
 
 

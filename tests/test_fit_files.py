@@ -7,7 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from bertknn_search.cli import main
+from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
 from bertknn_search.query.confidence import FIT_FILE, Fit, describe_fit, fit_and_name, reset_fit, shipped
 from bertknn_search.query.fit_files import MAX_BYTES
@@ -76,3 +79,15 @@ def test_the_shipped_fit_is_chosen_by_model_and_method_and_reset_goes_back(tmp_p
     assert fit_and_name(tmp_path, None, "knn") == (model, f"stored:{tmp_path / FIT_FILE}")
     assert "removed" in reset_fit(tmp_path) and not (tmp_path / FIT_FILE).exists()
     assert "already use the shipped fit" in reset_fit(tmp_path)
+
+
+def test_query_over_an_index_with_a_bad_fit_is_one_line(index_copy: Config) -> None:
+    # Issue 51.3: 100,000 nested '{"a":' gave query a RecursionError traceback.
+    (index_copy.index / FIT_FILE).write_text('{"a":' * 20_000, encoding="utf-8")
+    ask = ["query", "Zorblat was born in [MASK].", "--index", str(index_copy.index)]
+    r = CliRunner().invoke(main, ask)
+    assert r.exit_code == 1 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith(f"Error: confidence fit {index_copy.index / FIT_FILE} is refused: nested")
+    assert "eval calibrate --reset" in r.output
+    said = CliRunner().invoke(main, ["stats", "--index", str(index_copy.index), "--json"]).output
+    assert json.loads(said)["confidence_fit"].startswith("refused: ")
