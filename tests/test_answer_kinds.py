@@ -8,7 +8,10 @@ import json
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from bertknn_search.cli import main
+from bertknn_search.config import Config
 from bertknn_search.eval.calibration import Measured, kinds_left_out
 from bertknn_search.output import render_answer, to_json
 from bertknn_search.query.answer_kinds import KindTable, kind_of
@@ -151,3 +154,12 @@ def test_kinds_left_out_scores_each_kind_by_a_fit_that_never_saw_it() -> None:
     dates = [i for i, r in enumerate(rows) if r.relation == "P569"]
     assert p[dates] == pytest.approx(fits["dates"].probability([rows[i].signals for i in dates]))
     assert len(p) == len(rows) and ((p >= 0) & (p <= 1)).all()
+
+
+def test_query_same_kind_ranks_only_the_neighbours_kind(built_index: Config) -> None:
+    ask = ["query", "Zorblat was born in [MASK].", "--subject", "Zorblat", "--index", str(built_index.index)]
+    r = CliRunner().invoke(main, [*ask, "--same-kind", "--json"], catch_exceptions=False)
+    data = json.loads(r.output)
+    conf = data["confidence"]
+    assert r.exit_code == 0 and conf["kind"] == conf["neighbours_kind"]
+    assert all(kind_of(p["word"]) == conf["neighbours_kind"] for p in data["bert_knn"] if p["prob"] > 0)
