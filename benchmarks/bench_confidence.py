@@ -235,8 +235,8 @@ def main() -> None:
     about = {
         "model": f"{name} ({'kNN alone' if args.method == 'knn' else 'BERT-kNN, lambda 0.3'}), layer"
         f" {args.layer}, single-wordpiece-no-stopwords",
-        "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, and born_year and"
-        " born_month facts built from T-REx evidences; evidence corpus",
+        "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, and year (P569)"
+        " and month (P0569) of birth facts built from T-REx evidences; evidence corpus",
         "fitted_by": "benchmarks/bench_confidence.py",
         "applies_to": {"methods": [args.method], "models": [name.lower()]},
     }
