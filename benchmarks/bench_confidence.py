@@ -182,6 +182,46 @@ def scored_left_out(rows: Sequence[Measured], fits: dict[str, Any]) -> list[floa
     return [float(fits[r.relation].probability([r.signals])[0]) for r in rows]
 
 
+def from_checkpoint(args: argparse.Namespace) -> None:
+    """Fit and check ``p`` on the answers of an evaluation's checkpoint (``--from-checkpoint``)."""
+    load = load_average()
+    checkpoint = args.from_checkpoint
+    lines = [json.loads(t) for t in checkpoint.read_text(encoding="utf-8").splitlines() if t.strip()]
+    rows = from_lines(lines)
+    run = json.loads((checkpoint.parent / "run.json").read_text(encoding="utf-8"))
+    name = Path(args.model or "model").name
+    method = "kNN alone" if args.method == "knn" else "BERT-kNN, lambda 0.3"
+    about = {
+        "model": f"{name} ({method}), layer {args.layer}",
+        "data": f"the answers of {checkpoint} ({len(rows):,})",
+        "fitted_by": "benchmarks/bench_confidence.py --from-checkpoint",
+        "applies_to": {"methods": [args.method], "models": [name.lower()]},
+    }
+    fit, report = calibrate(rows, about=about)
+    results = {
+        "environment": environment("cpu"),
+        "load_average_before": load,
+        "run": run,
+        "fit": fit.as_json(),
+        "calibration": report,
+        "same_kind": same_kind_effect(checkpoint),
+        "load_average_after": load_average(),
+    }
+    if args.out:
+        hits = [r.hit for r in rows]
+        p = left_out_fits(rows)
+        p_rows = scored_left_out(rows, p)
+        plot_reliability(
+            reliability(p_rows, hits),
+            ece(p_rows, hits),
+            args.out.with_suffix(".png"),
+            "p, relations left out",
+        )
+    if args.write_fit:
+        fit.save(args.write_fit)
+    write_results(args.out, results)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -197,7 +237,16 @@ def main() -> None:
     parser.add_argument("--model", help="model folder (default: all-MiniLM-L6-v2, kNN alone)")
     parser.add_argument("--layer", type=int, default=6, help="layer of --model's keys (BERT-base: 11)")
     parser.add_argument("--method", choices=["knn", "interpolated"], default="knn", help="the fit's method")
+    parser.add_argument(
+        "--from-checkpoint",
+        type=Path,
+        help="fit on an 'eval run' checkpoint (facts.jsonl) instead of building and answering (e.g. over a"
+        " copy of an index another run encoded); --model names the model for the fit's applies_to",
+    )
     args = parser.parse_args()
+    if args.from_checkpoint:
+        from_checkpoint(args)
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     load = load_average()
     lama = trimmed(LAMA, args.work / "lama", args.per_relation, args.evidences)

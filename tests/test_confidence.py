@@ -210,7 +210,7 @@ def test_every_answer_has_a_confidence_in_its_json(searcher: Searcher, facts: li
             "neighbours": len(s.neighbors),
             "kind": "word",  # a city, and the neighbours hold cities
             "neighbours_kind": "word",
-            "fit": "shipped:confidence_fit.json",  # tiny BERT's own fit is none: the first shipped one
+            "fit": "shipped:confidence_fit_bert_knn.json",  # tiny BERT has a head: BERT-kNN's fit
         }
         assert answer_from_json(data) == a  # the client reads it back
 

@@ -74,6 +74,16 @@ def test_a_huge_fit_is_refused_before_it_is_read(tmp_path: Path) -> None:
 def test_the_shipped_fit_is_chosen_by_model_and_method_and_reset_goes_back(tmp_path: Path) -> None:
     fit, name = fit_and_name(tmp_path, "/models/all-MiniLM-L6-v2", "knn")
     assert name == "shipped:confidence_fit.json" and fit == shipped()
+    # BERT-base's BERT-kNN answers get their own fit, as do another model's interpolated answers (the
+    # nearest there is); any model's kNN-alone answers get MiniLM's.
+    bert, name = fit_and_name(tmp_path, "/cache/models/bert-base-uncased", "interpolated")
+    assert name == "shipped:confidence_fit_bert_knn.json" and bert != shipped()
+    assert bert.about["applies_to"] == {"methods": ["interpolated"], "models": ["bert-base-uncased"]}
+    assert (
+        fit_and_name(tmp_path, "/cache/models/bert-base-uncased", "knn")[1] == "shipped:confidence_fit.json"
+    )
+    assert fit_and_name(tmp_path, "/cache/models/roberta", "interpolated")[1].endswith("_bert_knn.json")
+    assert fit_and_name(tmp_path, "/cache/models/roberta", "knn")[1] == "shipped:confidence_fit.json"
     model = Fit.from_json(good(), "test")
     model.save(tmp_path / FIT_FILE)
     assert fit_and_name(tmp_path, None, "knn") == (model, f"stored:{tmp_path / FIT_FILE}")

@@ -293,10 +293,9 @@ class Fit:
 
 
 # The shipped fits, each for the answers of one kind of model and method (``about.applies_to``); the
-# first is the fallback for a model and method none of them names. A fit for BERT-base's interpolated
-# answers joins here once one is measured (benchmarks/bench_confidence.py --model ... --method
-# interpolated --write-fit bertknn_search/query/confidence_fit_bert_knn.json).
-SHIPPED: tuple[str, ...] = ("confidence_fit.json",)
+# first is the fallback for a model and method none of them names: MiniLM's kNN answers, then
+# bert-base-uncased's BERT-kNN answers (docs/evaluation.md#confidence).
+SHIPPED: tuple[str, ...] = ("confidence_fit.json", "confidence_fit_bert_knn.json")
 METHODS = ("knn", "bert", "interpolated")
 
 
