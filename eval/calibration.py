@@ -403,6 +403,18 @@ def judge_new_fit(
     return better, said
 
 
+def calibration_line(check: Mapping[str, Any], where: Path | None, out: Path, in_use: str) -> str:
+    """``eval calibrate``'s last line: the left-out check, the bands and whether the fit was stored."""
+    head, bands, decision = check["left_out"], check["bands"], check["stored"]
+    kept = f"fit stored in {where}" if decision["stored"] else f"fit in {out} only (--no-store)"
+    if where is not None and not decision["stored"]:
+        kept = f"fit NOT stored ({decision['why']}); the index keeps {in_use}; --force stores it anyway"
+    return (
+        f"left-out relations: AUROC {head['auroc']}, ECE {head['ece']}; bands high p >= {bands['high']},"
+        f" medium p >= {bands['medium']}; {kept}"
+    )
+
+
 def write_calibration(
     checkpoint: Path,
     out: Path,

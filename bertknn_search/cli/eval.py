@@ -152,14 +152,10 @@ def eval_run(
 @click.option(
     "--force",
     is_flag=True,
-    help="Store the fit even when it has too few answers (300 of 5 relations at least) or checks worse on"
-    " left-out relations than the fit in use on the same answers.",
+    help="Store the fit even with fewer than 300 answers of 5 relations or a worse left-out check than the"
+    " fit in use on the same answers.",
 )
-@click.option(
-    "--reset",
-    is_flag=True,
-    help="Remove the fit stored with --index and go back to the shipped one (nothing is evaluated).",
-)
+@click.option("--reset", is_flag=True, help="Remove the fit stored with --index: back to the shipped one.")
 @no_progress_option
 @json_flag("the fit, its check on left-out relations and where it was stored, as one object on one line")
 @method_options
@@ -191,7 +187,7 @@ def eval_calibrate(
 
     Example: bertknn-search eval calibrate --lama data/lama --corpora T-REx --index my-index
     """
-    from bertknn_search.eval.calibration import write_calibration
+    from bertknn_search.eval.calibration import calibration_line, write_calibration
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
     from bertknn_search.query.confidence import FIT_FILE, reset_fit
@@ -206,16 +202,9 @@ def eval_calibrate(
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:
-        result = evaluate(
-            searcher,
-            facts,
-            config,
-            out,
-            common_vocab=vocab,
-            resume=not no_resume,
-            no_article_wrong=no_article == "wrong",
-            progress=not no_progress,
-        )
+        wrong = no_article == "wrong"
+        result = evaluate(searcher, facts, config, out, common_vocab=vocab, resume=not no_resume,
+                          no_article_wrong=wrong, progress=not no_progress)  # fmt: skip
         model = f"{searcher.encoder.model_name} layer {searcher.encoder.layer}"
         in_use = (searcher.confidence_fit, searcher.fit_name)
     finally:
@@ -227,14 +216,7 @@ def eval_calibrate(
         click.echo(json.dumps({"fit": fit.as_json(), "check": check, "stored": decision["at"]}))
         return
     click.echo((out / "calibration.md").read_text(encoding="utf-8"))
-    head, bands = check["left_out"], check["bands"]
-    kept = f"fit stored in {where}" if decision["stored"] else f"fit in {out} only (--no-store)"
-    if where is not None and not decision["stored"]:
-        kept = f"fit NOT stored ({decision['why']}); the index keeps {in_use[1]}; --force stores it anyway"
-    click.echo(
-        f"left-out relations: AUROC {head['auroc']}, ECE {head['ece']}; bands high p >= {bands['high']},"
-        f" medium p >= {bands['medium']}; {kept}"
-    )
+    click.echo(calibration_line(check, where, out, in_use[1]))
 
 
 @eval_group.command("compare")
