@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -42,6 +43,7 @@ from bertknn_search.eval.calibration import (
     calibrate,
     ece,
     from_lines,
+    kind,
     left_out_fits,
     reliability,
     summary,
@@ -51,14 +53,67 @@ from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
 from bertknn_search.eval.harness import evaluate
 from bertknn_search.eval.report import plot_reliability
 from bertknn_search.ingest.pipeline import ingest
+from bertknn_search.query.answer_kinds import MONTHS, kind_of
 from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMA = ROOT.parent / "shared" / "data" / "lama"
 
 
-def trimmed(lama: Path, out: Path, per_relation: int, evidences: int) -> Path:
-    """A LAMA folder with the first ``per_relation`` facts of each T-REx file, evidences cut."""
+# Dates, which the T-REx relations in ../shared/data never ask: "Allan Peiper (born 26 April 1960 in
+# [MASK], Australia)" in a P19 evidence gives the facts (Allan Peiper, year of birth, 1960), filed as
+# P569 (Wikidata's date of birth), and (Allan Peiper, month of birth, april), filed under the made-up id
+# P0569 (the harness reads T-REx files named P<digits>), asked with Google-RE's date_of_birth template
+# and one of our own, with the evidence sentence (the date unmasked) in the corpus, as LAMA's evidences.
+BORN = re.compile(
+    r"\(born (?:(?:on )?\d{1,2} )?(?P<month>" + "|".join(m.title() for m in sorted(MONTHS)) + r")"
+    r"(?: \d{1,2},)? (?P<year>1[5-9]\d\d|20[0-2]\d)\b"
+)
+DATE_TEMPLATES = {"P569": "[X] (born [Y]).", "P0569": "[X] was born in the month of [Y] ."}
+
+
+def date_facts(lama: Path, per_relation: int) -> dict[str, list[dict[str, Any]]]:
+    """Up to ``per_relation`` year (P569) and month (P0569) facts, from T-REx evidences of births."""
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in DATE_TEMPLATES}
+    seen: set[str] = set()
+    for path in sorted((lama / "TREx").glob("*.jsonl")):
+        with path.open(encoding="utf-8") as handle:
+            for line in handle:
+                row = json.loads(line)
+                for ev in row["evidences"]:
+                    text = ev["masked_sentence"].replace("[MASK]", ev["obj_surface"])
+                    found = BORN.search(text)
+                    if not found or row["sub_label"] in seen or row["sub_label"] not in text:
+                        continue
+                    seen.add(row["sub_label"])
+                    for name, group in (("P569", "year"), ("P0569", "month")):
+                        value = found[group]
+                        start, end = found.span(group)
+                        out[name].append(
+                            {
+                                "sub_uri": row["sub_uri"],  # the person's article: the sentence joins it
+                                "sub_label": row["sub_label"],
+                                "obj_label": value.lower(),
+                                "predicate_id": name,
+                                "uuid": f"{row['uuid']}-{name}",
+                                "evidences": [
+                                    {
+                                        "sub_surface": row["sub_label"],
+                                        "obj_surface": value,
+                                        "masked_sentence": text[:start] + "[MASK]" + text[end:],
+                                    }
+                                ],
+                            }
+                        )
+                    break
+        if all(len(v) >= per_relation for v in out.values()):
+            break
+    return {name: rows[:per_relation] for name, rows in out.items()}
+
+
+def trimmed(lama: Path, out: Path, per_relation: int, evidences: int, dates: bool = True) -> Path:
+    """A LAMA folder with the first ``per_relation`` facts of each T-REx file, evidences cut, and (with
+    ``dates``) the date relations of ``date_facts``."""
     (out / "TREx").mkdir(parents=True, exist_ok=True)
     for path in sorted((lama / "TREx").glob("*.jsonl")):
         with path.open(encoding="utf-8") as handle:
@@ -67,7 +122,44 @@ def trimmed(lama: Path, out: Path, per_relation: int, evidences: int) -> Path:
             row["evidences"] = row["evidences"][:evidences]
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         (out / "TREx" / path.name).write_text(text, encoding="utf-8")
-    shutil.copy(lama / "relations.jsonl", out / "relations.jsonl")
+    relations = (lama / "relations.jsonl").read_text(encoding="utf-8")
+    if dates:
+        for name, rows in date_facts(lama, per_relation).items():
+            text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+            (out / "TREx" / f"{name}.jsonl").write_text(text, encoding="utf-8")
+            line = {"relation": name, "template": DATE_TEMPLATES[name], "label": name, "type": "N-1"}
+            relations = relations.rstrip("\n") + "\n" + json.dumps(line) + "\n"
+    (out / "relations.jsonl").write_text(relations, encoding="utf-8")
+    return out
+
+
+def same_kind_effect(checkpoint: Path) -> dict[str, Any]:
+    """BERT-kNN's P@1 as answered, and with only answers of the neighbours' majority kind ranked
+    (``--same-kind``), per kind of relation, from an evaluation's checkpoint lines (their top words,
+    the gold's rank and the majority kind recorded in the confidence signals)."""
+    table: dict[str, list[int]] = {}
+    for text in checkpoint.read_text(encoding="utf-8").splitlines():
+        line = json.loads(text)
+        said = line.get("confidence_signals")
+        rank = (line.get("ranks") or {}).get("bert_knn")
+        if not said or line.get("skipped"):
+            continue
+        words = (line.get("top") or {}).get("bert_knn") or []
+        first = next((i for i, w in enumerate(words) if kind_of(w) == said.get("majority")), None)
+        row = table.setdefault(kind(line["relation"]), [0, 0, 0])
+        row[0] += 1
+        row[1] += rank == 1
+        row[2] += first is not None and rank == first + 1
+    out = {
+        name: {"answers": n, "P@1": round(a / n, 4), "P@1_same_kind": round(b / n, 4)}
+        for name, (n, a, b) in table.items()
+    }
+    n = sum(v[0] for v in table.values())
+    out["all"] = {
+        "answers": n,
+        "P@1": round(sum(v[1] for v in table.values()) / max(n, 1), 4),
+        "P@1_same_kind": round(sum(v[2] for v in table.values()) / max(n, 1), 4),
+    }
     return out
 
 
@@ -90,6 +182,46 @@ def scored_left_out(rows: Sequence[Measured], fits: dict[str, Any]) -> list[floa
     return [float(fits[r.relation].probability([r.signals])[0]) for r in rows]
 
 
+def from_checkpoint(args: argparse.Namespace) -> None:
+    """Fit and check ``p`` on the answers of an evaluation's checkpoint (``--from-checkpoint``)."""
+    load = load_average()
+    checkpoint = args.from_checkpoint
+    lines = [json.loads(t) for t in checkpoint.read_text(encoding="utf-8").splitlines() if t.strip()]
+    rows = from_lines(lines)
+    run = json.loads((checkpoint.parent / "run.json").read_text(encoding="utf-8"))
+    name = Path(args.model or "model").name
+    method = "kNN alone" if args.method == "knn" else "BERT-kNN, lambda 0.3"
+    about = {
+        "model": f"{name} ({method}), layer {args.layer}",
+        "data": f"the answers of {checkpoint} ({len(rows):,})",
+        "fitted_by": "benchmarks/bench_confidence.py --from-checkpoint",
+        "applies_to": {"methods": [args.method], "models": [name.lower()]},
+    }
+    fit, report = calibrate(rows, about=about)
+    results = {
+        "environment": environment("cpu"),
+        "load_average_before": load,
+        "run": run,
+        "fit": fit.as_json(),
+        "calibration": report,
+        "same_kind": same_kind_effect(checkpoint),
+        "load_average_after": load_average(),
+    }
+    if args.out:
+        hits = [r.hit for r in rows]
+        p = left_out_fits(rows)
+        p_rows = scored_left_out(rows, p)
+        plot_reliability(
+            reliability(p_rows, hits),
+            ece(p_rows, hits),
+            args.out.with_suffix(".png"),
+            "p, relations left out",
+        )
+    if args.write_fit:
+        fit.save(args.write_fit)
+    write_results(args.out, results)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -101,7 +233,20 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/bertknn-bench-confidence"))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--write-fit", type=Path, help="write the fit here (the package's shipped fit)")
+    parser.add_argument("--no-batch", action="store_true", help="skip the default batch run")
+    parser.add_argument("--model", help="model folder (default: all-MiniLM-L6-v2, kNN alone)")
+    parser.add_argument("--layer", type=int, default=6, help="layer of --model's keys (BERT-base: 11)")
+    parser.add_argument("--method", choices=["knn", "interpolated"], default="knn", help="the fit's method")
+    parser.add_argument(
+        "--from-checkpoint",
+        type=Path,
+        help="fit on an 'eval run' checkpoint (facts.jsonl) instead of building and answering (e.g. over a"
+        " copy of an index another run encoded); --model names the model for the fit's applies_to",
+    )
     args = parser.parse_args()
+    if args.from_checkpoint:
+        from_checkpoint(args)
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     load = load_average()
     lama = trimmed(LAMA, args.work / "lama", args.per_relation, args.evidences)
@@ -110,9 +255,11 @@ def main() -> None:
     summary_ = write_evidence_corpus(
         evidence_files(lama=lama, relations=relations), corpus, args.per_relation
     )
+    model = args.model or str(minilm())
+    name = Path(model).name
     base = Config(
-        model=str(minilm()),
-        layer=6,
+        model=model,
+        layer=args.layer,
         mask_policy="single-wordpiece-no-stopwords",
         index=args.work / "idx",
         contexts="eager",
@@ -135,25 +282,31 @@ def main() -> None:
             {"budget": budget, "answers": len(rows), "partial": len(mine), "seconds": round(took, 1)}
         )
     about = {
-        "model": "all-MiniLM-L6-v2 (kNN alone), layer 6, single-wordpiece-no-stopwords",
-        "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, evidence corpus",
+        "model": f"{name} ({'kNN alone' if args.method == 'knn' else 'BERT-kNN, lambda 0.3'}), layer"
+        f" {args.layer}, single-wordpiece-no-stopwords",
+        "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, and year (P569)"
+        " and month (P0569) of birth facts built from T-REx evidences; evidence corpus",
         "fitted_by": "benchmarks/bench_confidence.py",
+        "applies_to": {"methods": [args.method], "models": [name.lower()]},
     }
     fit, report = calibrate([*exact, *partial], about=about)
     fits = left_out_fits([*exact, *partial])
     p_exact = scored_left_out(exact, fits)
     p_partial = scored_left_out(partial, fits)
     # What query --file does on a cold lazy index: batches of 128, the default budget.
-    batch_config = dataclasses.replace(base, index=args.work / "lazy-default", contexts="lazy")
-    shutil.rmtree(batch_config.index, ignore_errors=True)
-    ingest(corpus, batch_config, progress=False)
-    batch_rows, batch_seconds = answered(batch_config, subset, args.work / "eval-batch", batch=128)
+    batch_rows: list[Measured] = []
+    batch_seconds = 0.0
+    if not args.no_batch:
+        batch_config = dataclasses.replace(base, index=args.work / "lazy-default", contexts="lazy")
+        shutil.rmtree(batch_config.index, ignore_errors=True)
+        ingest(corpus, batch_config, progress=False)
+        batch_rows, batch_seconds = answered(batch_config, subset, args.work / "eval-batch", batch=128)
     p_batch = scored_left_out(batch_rows, fits)
     results: dict[str, Any] = {
         "environment": environment("cpu"),
         "load_average_before": load,
         "settings": {
-            "model": "all-MiniLM-L6-v2",
+            "model": name,
             "layer": base.layer,
             "mask_policy": base.mask_policy,
             "k": base.k,
@@ -171,6 +324,7 @@ def main() -> None:
         "exact_left_out": summary(exact, p_exact, fit),
         "partial_runs": partial_runs,
         "partial_left_out": summary(partial, p_partial, fit),
+        "same_kind": same_kind_effect(args.work / "eval-exact" / "facts.jsonl"),
         "default_batch": {
             "answers": len(batch_rows),
             "partial": sum(r.signals.partial for r in batch_rows),

@@ -94,6 +94,9 @@ class Config:
     # budget_seconds_for); whichever of the two comes first ends its encoding.
     budget_s: float | None = None
     exact: bool = False
+    # Rank only answers of the kind most of the neighbours hold (year, number, month, word...;
+    # query/answer_kinds.py); off by default: see docs/evaluation.md#confidence for its measured effect.
+    same_kind: bool = False
 
     # Where the index lives.
     backend: str = "embedded"

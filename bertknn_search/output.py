@@ -29,7 +29,9 @@ def to_json(record: Any) -> str:
         data["partial"] = record.partial  # derived, but what a client checks first
     if isinstance(record, IndexStats) and record.meta.contexts == "lazy" and not record.estimated_contexts:
         data["estimated_contexts"] = None  # unknown until an article is encoded: 0 would read as "none"
-    return json.dumps(_jsonable(data), ensure_ascii=False)
+    # NaN is no JSON (a browser's JSON.parse rejects it): a record holding one is a bug to refuse, never
+    # a body to send (issue 51.3).
+    return json.dumps(_jsonable(data), ensure_ascii=False, allow_nan=False)
 
 
 def _jsonable(value: Any) -> Any:
@@ -197,6 +199,11 @@ def render_confidence(answer: Answer) -> str:
     line = f"confidence: {conf.level} (p {conf.p:.2f}: {what})"
     if answer.partial:
         line += ", of part of its articles"
+    if conf.kind and conf.neighbours_kind and conf.kind != conf.neighbours_kind:
+        line += (
+            f"; the answer is a {conf.kind} but most neighbours hold a {conf.neighbours_kind}"
+            " (--same-kind keeps to their kind)"
+        )
     if conf.level == "low":
         line += "; a low-confidence answer is mostly wrong: weigh the other answers and the evidence"
     return line
@@ -253,6 +260,8 @@ def render_stats(stats: IndexStats) -> str:
     if stats.contexts:
         rows.append(("bytes per context", f"{stats.bytes_on_disk / stats.contexts:,.0f}"))
     rows.append(("contexts mode", m.contexts))
+    if stats.confidence_fit:
+        rows.append(("confidence fit", stats.confidence_fit))
     rows.append(("no-IR search", _no_ir(stats)))
     if m.contexts == "lazy":
         rows += [

@@ -194,6 +194,8 @@ class IndexStats:
     mlm_head: bool | None = None
     # The index holds a graph that --no-ir searches (approximate); without one it scans every context.
     no_ir_graph: bool = False
+    # Which confidence fit answers use (``confidence.describe_fit``): stored with the index or shipped.
+    confidence_fit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -337,12 +339,19 @@ class Confidence:
             BERT's top-1 probability).
         votes: neighbours that hold the top answer.
         neighbours: neighbours the answer had.
+        kind, neighbours_kind: the top answer's kind (year, number, month, punctuation, word) and the
+            kind most of the neighbours' kNN probability holds; None without neighbours. An answer whose
+            kind differs is never "high" (``query.answer_kinds``).
+        fit: which confidence fit gave ``p`` (``stored:<path>`` or ``shipped:<file>``).
     """
 
     level: str
     p: float
     votes: int = 0
     neighbours: int = 0
+    kind: str | None = None
+    neighbours_kind: str | None = None
+    fit: str | None = None
 
 
 @dataclass(frozen=True)

@@ -281,7 +281,12 @@ def index_stats(config: Config) -> IndexStats:
         stats = backend.stats()
     finally:
         backend.close()
+    from bertknn_search.query.confidence import describe_fit, method_of
+
     model = stats.meta.model
+    head = model_has_head(model)
+    # The fit lives in the index folder whatever the backend (where eval calibrate stores it).
+    fit = describe_fit(config.index, model, method_of(head is not False, config.lam))
     return dataclasses.replace(
-        stats, model_max_length=model_max_length(model), mlm_head=model_has_head(model)
+        stats, model_max_length=model_max_length(model), mlm_head=head, confidence_fit=fit
     )

@@ -47,7 +47,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "professions, fields, offices": ("P106", "P101", "P39"),
     "organisations, owners, makers": ("P108", "P463", "P127", "P176", "P178", "P264", "P449"),
     "genres, instruments, positions": ("P136", "P1303", "P413"),
-    "dates": ("date_of_birth", "P569", "P570", "P571", "P577"),
+    # P569 (year of birth) and P0569 (month of birth, a made-up id) are built from T-REx evidences by
+    # benchmarks/bench_confidence.py
+    "dates": ("date_of_birth", "P569", "P0569", "P570", "P571", "P577"),
     "religion, names, types, parts": ("P140", "P138", "P31", "P527", "P279", "P361"),
 }
 
@@ -172,6 +174,28 @@ def left_out(rows: Sequence[Measured], features: Sequence[str] = DEFAULT_FEATURE
     return np.array([float(fits[r.relation].probability([r.signals])[0]) for r in rows])
 
 
+def kinds_left_out(
+    rows: Sequence[Measured], features: Sequence[str] = DEFAULT_FEATURES
+) -> tuple[np.ndarray, dict[str, Fit]]:
+    """Each answer's ``p`` from a fit made without any answer of its relation's kind (``kind``): what
+    ``p`` says about a kind of relation it never saw. Returns the p and the fit per kind.
+
+    Raises:
+        ValueError: one kind only, or without some kind nothing right or nothing wrong is left.
+    """
+    names = sorted({kind(r.relation) for r in rows})
+    if len(names) < 2:
+        raise ValueError("leaving kinds out needs relations of two kinds or more")
+    fits: dict[str, Fit] = {}
+    for name in names:
+        rest = [r for r in rows if kind(r.relation) != name]
+        if len({r.hit for r in rest}) < 2:
+            raise ValueError(f"without the kind {name}, every answer is right or every one wrong")
+        fits[name] = fit(rest, features)
+    p = np.array([float(fits[kind(r.relation)].probability([r.signals])[0]) for r in rows])
+    return p, fits
+
+
 def choose_bands(
     p: Sequence[float], high_share: float = HIGH_SHARE, low_share: float = LOW_SHARE
 ) -> tuple[float, float]:
@@ -229,9 +253,16 @@ def ece(p: Sequence[float], hits: Sequence[bool], bins: int = BINS) -> float | N
     return sum(b["answers"] * abs(b["mean_p"] - b["right"]) for b in table) / n if n else None
 
 
-def band_table(p: Sequence[float], hits: Sequence[bool], votes: Sequence[int], model: Fit) -> dict[str, Any]:
+def band_table(
+    p: Sequence[float],
+    hits: Sequence[bool],
+    votes: Sequence[int],
+    model: Fit,
+    agrees: Sequence[bool] | None = None,
+) -> dict[str, Any]:
     """Per band (``model.level``): answers, right answers and P@1 (None: empty)."""
-    levels = [model.level(float(x), int(v)) for x, v in zip(p, votes)]
+    agrees = agrees if agrees is not None else [True] * len(p)
+    levels = [model.level(float(x), int(v), a) for x, v, a in zip(p, votes, agrees)]
     table: dict[str, Any] = {}
     for name in reversed(LEVELS):
         chosen = [h for lv, h in zip(levels, hits) if lv == name]
@@ -249,15 +280,18 @@ def summary(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[st
     """AUROC, ECE, P@1 per band and the single-vote "high" count of ``p`` over ``rows``."""
     hits = [r.hit for r in rows]
     votes = [r.signals.votes for r in rows]
-    levels = [model.level(float(x), v) for x, v in zip(p, votes)]
+    levels = [model.level(float(x), r.signals.votes, r.signals.kind_agrees) for x, r in zip(p, rows)]
     return {
         "answers": len(rows),
         "P@1": round(sum(hits) / len(hits), 4) if hits else None,
         "mean_p": round(float(np.mean(p)), 4) if len(rows) else None,
         "auroc": _round(auc(p, hits)),
         "ece": _round(ece(p, hits)),
-        "bands": band_table(p, hits, votes, model),
+        "bands": band_table(p, hits, votes, model, [r.signals.kind_agrees for r in rows]),
         "high_on_one_vote": sum(lv == "high" and v < MIN_HIGH_VOTES for lv, v in zip(levels, votes)),
+        "wrong_kind": sum(not r.signals.kind_agrees for r in rows),
+        "wrong_kind_right": sum(r.hit and not r.signals.kind_agrees for r in rows),
+        "high_of_wrong_kind": sum(lv == "high" and not r.signals.kind_agrees for lv, r in zip(levels, rows)),
     }
 
 
@@ -305,6 +339,13 @@ def calibrate(
             "relations": sorted({rows[i].relation for i in mine}),
             **summary([rows[i] for i in mine], p[mine], check_model),
         }
+    if len({kind(r) for r in relations}) > 1:
+        p_kind, _ = kinds_left_out(rows, features)
+        report["kinds_left_out"] = {"all": summary(rows, p_kind, check_model)}
+        report["reliability_kinds_left_out"] = reliability(p_kind, [r.hit for r in rows])
+        for name in sorted({kind(r) for r in relations}):
+            mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
+            report["kinds_left_out"][name] = summary([rows[i] for i in mine], p_kind[mine], check_model)
     head = report["left_out"]
     headline = {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}
     info = {**dict(about or {}), "relations": relations, "left_out": headline}
@@ -330,11 +371,62 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
+# What a stored fit needs (issue 51.4): fewer answers or relations fit noise (3 relations x 15 facts gave
+# a left-out AUROC of 0.5 and bands that made every later answer "low").
+MIN_ANSWERS = 300
+MIN_RELATIONS = 5
+
+
+def judge_new_fit(
+    rows: Sequence[Measured], check: Mapping[str, Any], current: Fit, current_name: str
+) -> tuple[bool, str]:
+    """Whether a new fit may replace ``current``: enough answers and relations, and its left-out AUROC
+    and ECE not worse (to 3 decimals) than ``current``'s on the same answers. Returns (keep, why)."""
+    relations = len({r.relation for r in rows})
+    if len(rows) < MIN_ANSWERS or relations < MIN_RELATIONS:
+        return False, (
+            f"{len(rows):,} answers of {relations} relation(s); a stored fit needs {MIN_ANSWERS:,} answers"
+            f" of {MIN_RELATIONS} relations or more"
+        )
+    hits = [r.hit for r in rows]
+    p_now = current.probability([r.signals for r in rows])
+    now_auroc, now_ece = auc(p_now, hits), ece(p_now, hits)
+    head = check["left_out"]
+    new_auroc, new_ece = head["auroc"], head["ece"]
+    if new_auroc is None or new_ece is None or now_auroc is None or now_ece is None:
+        return False, "AUROC or ECE undefined (no right or no wrong answer)"
+    said = (
+        f"left-out AUROC {new_auroc:.3f}, ECE {new_ece:.3f}; the fit in use ({current_name}) on the same"
+        f" answers: AUROC {now_auroc:.3f}, ECE {now_ece:.3f}"
+    )
+    better = round(new_auroc, 3) >= round(now_auroc, 3) and round(new_ece, 3) <= round(now_ece, 3)
+    return better, said
+
+
+def calibration_line(check: Mapping[str, Any], where: Path | None, out: Path, in_use: str) -> str:
+    """``eval calibrate``'s last line: the left-out check, the bands and whether the fit was stored."""
+    head, bands, decision = check["left_out"], check["bands"], check["stored"]
+    kept = f"fit stored in {where}" if decision["stored"] else f"fit in {out} only (--no-store)"
+    if where is not None and not decision["stored"]:
+        kept = f"fit NOT stored ({decision['why']}); the index keeps {in_use}; --force stores it anyway"
+    return (
+        f"left-out relations: AUROC {head['auroc']}, ECE {head['ece']}; bands high p >= {bands['high']},"
+        f" medium p >= {bands['medium']}; {kept}"
+    )
+
+
 def write_calibration(
-    checkpoint: Path, out: Path, model: str, store_at: Path | None
+    checkpoint: Path,
+    out: Path,
+    model: str,
+    store_at: Path | None,
+    current: tuple[Fit, str] | None = None,
+    force: bool = False,
 ) -> tuple[Fit, dict[str, Any]]:
     """``eval calibrate`` after its evaluation: fit ``p`` on the checkpoint's answers, check it on left-out
-    relations, write the report into ``out`` and store the fit at ``store_at`` (None: only in ``out``).
+    relations, write the report into ``out`` and store the fit at ``store_at`` (None: only in ``out``)
+    when ``judge_new_fit`` keeps it over ``current`` (the fit in use and its name), or with ``force``.
+    The check's ``stored`` says whether it was stored and why.
 
     Raises:
         ConfigError: answers of fewer than two relations, or none right or none wrong.
@@ -352,7 +444,10 @@ def write_calibration(
         fit, check = calibrate(rows, about=about)
     except ValueError as exc:
         raise ConfigError(f"cannot fit confidence: {exc}") from None
-    if store_at is not None:
+    keep, why = judge_new_fit(rows, check, *current) if current is not None else (True, "no fit in use")
+    stored = store_at is not None and (keep or force)
+    check["stored"] = {"stored": stored, "at": str(store_at) if stored else None, "why": why, "forced": force}
+    if stored and store_at is not None:
         store_at.parent.mkdir(parents=True, exist_ok=True)
         fit.save(store_at)
     fit.save(out / FIT_FILE)
@@ -362,5 +457,7 @@ def write_calibration(
     )
     report = {"fit": fit.as_json(), "check": check}
     (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "calibration.md").write_text(render_calibration(check, store_at), encoding="utf-8")
+    (out / "calibration.md").write_text(
+        render_calibration(check, store_at if stored else None), encoding="utf-8"
+    )
     return fit, check

@@ -285,7 +285,9 @@ def _rank_batch(
         if len(nb):  # what BERT-kNN's answer's confidence is read from, for the report and eval calibrate
             ids, probs = found["bert_knn"]
             best = [float(x) for x in probs[:2]] + [0.0, 0.0]
-            said = signals_of(ids[0] if ids else None, best[0], best[1], nb, scored.coverage)
+            top_id = ids[0] if ids else None
+            kinds = searcher.kind_signals(top_id, scored)
+            said = signals_of(top_id, best[0], best[1], nb, scored.coverage, kinds)
             conf = judge(said, False, searcher.confidence_fit)
             extra["confidence"] = None if conf is None else {"p": conf.p, "level": conf.level}
             extra["confidence_signals"] = signals_json(said)
@@ -302,7 +304,10 @@ def confidence_summary(lines: Sequence[Mapping[str, Any]], searcher: Searcher) -
     fit = searcher.confidence_fit
     p = fit.probability([r.signals for r in rows])
     about = fit.about
-    out = {"fit": f"{about.get('model', 'unknown model')}, {about.get('stored', 'shipped with the package')}"}
+    out = {
+        "fit": f"{about.get('model', 'unknown model')}, {about.get('stored', 'shipped with the package')}",
+        "fit_name": searcher.fit_name,
+    }
     return {**out, **summary(rows, p, fit), "reliability": reliability(p, [r.hit for r in rows])}
 
 

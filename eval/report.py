@@ -350,11 +350,20 @@ def render_calibration(check: Mapping[str, Any], stored: Path | None) -> str:
     ]
     if stored is not None:
         lines += [f"Stored in {stored}: query, serve and eval over this index use it.", ""]
+    decision = check.get("stored") or {}
+    if decision.get("why"):
+        verdict = "stored" if decision.get("stored") else "not stored (--force stores it anyway)"
+        lines += [f"Against the fit in use: {decision['why']}: {verdict}.", ""]
     header = ["", "Relations", "Answers", "P@1", "AUROC", "ECE", "high", "medium", "low", "high ÷ low"]
     rows = [_calibration_row("**all**", len(check["relations"]), check["left_out"])]
     rows += [_calibration_row(name, len(k["relations"]), k) for name, k in check["kinds"].items()]
     rows += [_calibration_row(f"{rel} ({r['kind']})", 1, r) for rel, r in check["relations"].items()]
     lines += [*table(header, rows), ""]
+    if check.get("kinds_left_out"):  # each kind's answers scored by a fit that saw no relation of it
+        lines += ["Whole kinds left out:", ""]
+        kinds = check["kinds_left_out"]
+        rows = [_calibration_row("**all**" if k == "all" else k, 0, v) for k, v in kinds.items()]
+        lines += [*table(header, rows), ""]
     lines += ["P@1 per band in %, its answers in brackets.", ""]
     return "\n".join(lines)
 

@@ -361,9 +361,13 @@ def test_eval_calibrate_stores_a_fit_that_later_queries_use(
     out = tmp_path / "cal"
     common = ["eval", "calibrate", "--questions", str(questions), "--index", index, "--no-progress"]
     common += ["--temperature", "1"]
-    r = CliRunner().invoke(main, [*common, "--out", str(out)])
-    assert r.exit_code == 0, r.output
+    # Two small relations are too few to replace the fit in use: it says why and stores nothing.
+    r = CliRunner().invoke(main, [*common, "--out", str(tmp_path / "few")])
     stored = index_copy.index / FIT_FILE
+    assert r.exit_code == 0 and "fit NOT stored" in r.output and "300 answers" in r.output, r.output
+    assert not stored.exists()
+    r = CliRunner().invoke(main, [*common, "--force", "--out", str(out)])
+    assert r.exit_code == 0, r.output
     fit = Fit.read(stored)
     assert {p.name for p in out.iterdir()} >= {
         "calibration.md",
@@ -377,6 +381,15 @@ def test_eval_calibrate_stores_a_fit_that_later_queries_use(
     after = json.loads(CliRunner().invoke(main, ask, catch_exceptions=False).output)["confidence"]
     assert fit != shipped() and after["p"] != before["p"]
     assert (after["votes"], after["neighbours"]) == (before["votes"], before["neighbours"])
+    assert after["fit"] == f"stored:{stored}" and before["fit"].startswith("shipped:")
+    said = CliRunner().invoke(main, ["stats", "--index", index, "--json"], catch_exceptions=False).output
+    assert json.loads(said)["confidence_fit"].startswith(f"stored:{stored}")
+    # --reset goes back to the shipped fit, evaluating nothing.
+    back = CliRunner().invoke(main, ["eval", "calibrate", "--reset", "--index", index])
+    assert back.exit_code == 0 and "shipped fit again" in back.output and not stored.exists()
+    again = json.loads(CliRunner().invoke(main, ask, catch_exceptions=False).output)["confidence"]
+    assert again == before
+    r = CliRunner().invoke(main, [*common, "--force", "--out", str(out)])  # stored again for what follows
     # One relation cannot be checked on a relation left out: a one-line error, no traceback.
     one = CliRunner().invoke(main, [*common, "--relations", "born-a", "--out", str(tmp_path / "one")])
     assert one.exit_code == 1 and one.output.startswith("Error: a fit checked on left-out relations needs")

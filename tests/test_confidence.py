@@ -188,7 +188,7 @@ def test_a_fit_round_trips_and_a_bad_one_is_refused(tmp_path) -> None:  # type: 
     assert Fit.read(path) == model and fit_for(tmp_path) == model
     assert fit_for(tmp_path / "nothing-here") == shipped()
     path.write_text('{"format": 1, "features": ["votes_of_mars"]}')
-    with pytest.raises(ConfigError, match="no confidence fit"):
+    with pytest.raises(ConfigError, match="is refused"):
         fit_for(tmp_path)
 
 
@@ -208,6 +208,9 @@ def test_every_answer_has_a_confidence_in_its_json(searcher: Searcher, facts: li
             "p": a.confidence.p,
             "votes": votes,
             "neighbours": len(s.neighbors),
+            "kind": "word",  # a city, and the neighbours hold cities
+            "neighbours_kind": "word",
+            "fit": "shipped:confidence_fit_bert_knn.json",  # tiny BERT has a head: BERT-kNN's fit
         }
         assert answer_from_json(data) == a  # the client reads it back
 
@@ -216,7 +219,8 @@ def test_query_prints_the_confidence_in_text_and_json(built_index: Config) -> No
     common = ["Zorblat was born in [MASK].", "--subject", "Zorblat", "--index", str(built_index.index)]
     r = CliRunner().invoke(main, ["query", *common, "--json"], catch_exceptions=False)
     conf = json.loads(r.output)["confidence"]
-    assert set(conf) == {"level", "p", "votes", "neighbours"} and conf["level"] in LEVELS
+    assert set(conf) == {"level", "p", "votes", "neighbours", "kind", "neighbours_kind", "fit"}
+    assert conf["level"] in LEVELS
     assert isinstance(conf["votes"], int) and isinstance(conf["neighbours"], int)
     r = CliRunner().invoke(main, ["query", *common], catch_exceptions=False)
     said = (

@@ -151,6 +151,13 @@ def eval_run(
     help="Store the fit with the index (confidence-fit.json in --index), where query, serve and eval read"
     " it; --no-store only writes it to --out.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Store the fit even with fewer than 300 answers of 5 relations or a worse left-out check than the"
+    " fit in use on the same answers.",
+)
+@click.option("--reset", is_flag=True, help="Remove the fit stored with --index: back to the shipped one.")
 @no_progress_option
 @json_flag("the fit, its check on left-out relations and where it was stored, as one object on one line")
 @method_options
@@ -162,6 +169,8 @@ def eval_calibrate(
     no_resume: bool,
     no_article: str,
     store: bool,
+    force: bool,
+    reset: bool,
     settings: Path | None,
     no_progress: bool,
     as_json: bool,
@@ -173,47 +182,43 @@ def eval_calibrate(
     Answers the facts as eval run does, fits p (a logistic regression on each answer's signals: votes,
     neighbours, agreement, top-1 probability, coverage), scores every relation's answers with a fit made
     without that relation, sets the bands on those scores and stores the fit with the index. Writes
-    calibration.md, calibration.json, confidence-fit.json and reliability-left-out.png to --out.
+    calibration.md, calibration.json, confidence-fit.json and reliability-left-out.png to --out. The fit
+    is stored only if it has 300 answers of 5 relations or more and its left-out AUROC and ECE are not
+    worse than the fit in use on the same answers (--force stores it anyway); --reset goes back to the
+    shipped fit.
 
     Example: bertknn-search eval calibrate --lama data/lama --corpora T-REx --index my-index
     """
-    from bertknn_search.eval.calibration import write_calibration
+    from bertknn_search.eval.calibration import calibration_line, write_calibration
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
-    from bertknn_search.query.confidence import FIT_FILE
+    from bertknn_search.query.confidence import FIT_FILE, reset_fit
     from bertknn_search.query.search import Searcher
 
+    if reset:
+        rest = {name: value for name, value in flags.items() if name not in DATASET_FLAGS}
+        click.echo(reset_fit(session.resolve_config(rest).config.index))
+        return
     facts = _facts(flags)
     config = _exact_unless_budget(session.open_index(flags, settings=settings).config)
     vocab = read_common_vocab(common_vocab) if common_vocab else None
     searcher = Searcher.open(config)
     try:
-        result = evaluate(
-            searcher,
-            facts,
-            config,
-            out,
-            common_vocab=vocab,
-            resume=not no_resume,
-            no_article_wrong=no_article == "wrong",
-            progress=not no_progress,
-        )
+        wrong = no_article == "wrong"
+        result = evaluate(searcher, facts, config, out, common_vocab=vocab, resume=not no_resume,
+                          no_article_wrong=wrong, progress=not no_progress)  # fmt: skip
         model = f"{searcher.encoder.model_name} layer {searcher.encoder.layer}"
+        in_use = (searcher.confidence_fit, searcher.fit_name)
     finally:
         searcher.close()
     where = Path(config.index) / FIT_FILE if store else None
-    fit, check = write_calibration(result.checkpoint, out, model, where)
+    fit, check = write_calibration(result.checkpoint, out, model, where, in_use, force)
+    decision = check["stored"]
     if as_json:
-        click.echo(
-            json.dumps({"fit": fit.as_json(), "check": check, "stored": str(where) if where else None})
-        )
+        click.echo(json.dumps({"fit": fit.as_json(), "check": check, "stored": decision["at"]}))
         return
     click.echo((out / "calibration.md").read_text(encoding="utf-8"))
-    head, bands = check["left_out"], check["bands"]
-    click.echo(
-        f"left-out relations: AUROC {head['auroc']}, ECE {head['ece']}; bands high p >= {bands['high']},"
-        f" medium p >= {bands['medium']}; fit {'stored in ' + str(where) if where else 'in ' + str(out)}"
-    )
+    click.echo(calibration_line(check, where, out, in_use[1]))
 
 
 @eval_group.command("compare")

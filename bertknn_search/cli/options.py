@@ -280,6 +280,13 @@ method_options = stacked(
         help="Lazy index: encode every missing context of the question's articles before answering.",
     ),
     click.option(
+        "--same-kind",
+        flag_value=True,
+        default=None,
+        help="Rank only answers of the kind most of the neighbours hold (year, number, month, punctuation,"
+        " word): no year to a place question [default: off; docs/evaluation.md#confidence].",
+    ),
+    click.option(
         "--settings",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="Tuned settings JSON from 'eval grid' (keys as the flags: lambda, k, ...); flags win.",

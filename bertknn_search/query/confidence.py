@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from bertknn_search.errors import ConfigError
+from bertknn_search.query.answer_kinds import KindSignals
+from bertknn_search.query.fit_files import check_fit_json, parse_fit_json, read_fit_json, what_to_do
 from bertknn_search.records import Confidence, Coverage, Neighbors, Prediction
 
 LEVELS = ("low", "medium", "high")
@@ -52,6 +54,11 @@ class Signals:
         nearest: squared distance of the nearest neighbour (inf without neighbours).
         contexts: contexts the searched articles hold (encoded or not; ``neighbors`` where unknown).
         coverage: share of those contexts the answer could see (1: whole articles).
+        kind, majority: the top answer's kind and the kind most of the neighbours' kNN probability holds
+            (``answer_kinds``; "word" in checkpoints written before they were recorded).
+        kind_share: the share of the kNN probability on answers of the top answer's kind.
+        bert_kind_share, bert_p: BERT's probability mass on that kind and on the answer; None without
+            an MLM head.
     """
 
     top1: float
@@ -64,6 +71,11 @@ class Signals:
     nearest: float
     contexts: int
     coverage: float
+    kind: str = "word"
+    majority: str = "word"
+    kind_share: float = 1.0
+    bert_kind_share: float | None = None
+    bert_p: float | None = None
 
     @property
     def share(self) -> float:
@@ -73,6 +85,11 @@ class Signals:
     @property
     def partial(self) -> bool:
         return self.coverage < 1.0
+
+    @property
+    def kind_agrees(self) -> bool:
+        """Whether the answer has the kind most of the neighbours hold."""
+        return self.kind == self.majority
 
 
 # The fit's inputs, each a number computed from the signals. Counts enter as logs: one vote more
@@ -89,11 +106,21 @@ FEATURES: dict[str, Any] = {
     "margin": lambda s: s.margin,
     "log_contexts": lambda s: math.log1p(s.contexts),
     "coverage": lambda s: s.coverage,
+    # The answer's kind against the neighbours' (issue 49): a year to a place question is wrong.
+    "kind_agree": lambda s: float(s.kind_agrees),
+    "kind_share": lambda s: s.kind_share,
+    # BERT's view of the kind and the answer, where the model has an MLM head; without one, the kNN's
+    # share and 0 (a fit for such a model is fitted where they are absent, so they carry no weight).
+    "bert_kind_share": lambda s: s.kind_share if s.bert_kind_share is None else s.bert_kind_share,
+    "bert_p": lambda s: 0.0 if s.bert_p is None else s.bert_p,
 }
 
 
 def signals(
-    ranking: Sequence[Prediction], nb: Neighbors, coverage: Mapping[str, Coverage] | None = None
+    ranking: Sequence[Prediction],
+    nb: Neighbors,
+    coverage: Mapping[str, Coverage] | None = None,
+    kinds: KindSignals | None = None,
 ) -> Signals:
     """The signals of an answer whose ranking (best first) was computed from the neighbours ``nb``.
 
@@ -103,11 +130,16 @@ def signals(
     """
     probs = [p.prob for p in ranking[:2]] + [0.0, 0.0]
     top = ranking[0].token_id if ranking else None
-    return signals_of(top, probs[0], probs[1], nb, coverage)
+    return signals_of(top, probs[0], probs[1], nb, coverage, kinds)
 
 
 def signals_of(
-    top: int | None, top1: float, second: float, nb: Neighbors, coverage: Mapping[str, Coverage] | None
+    top: int | None,
+    top1: float,
+    second: float,
+    nb: Neighbors,
+    coverage: Mapping[str, Coverage] | None,
+    kinds: KindSignals | None = None,
 ) -> Signals:
     """``signals`` from the top answer's value and the two best probabilities (what evaluation has)."""
     n = len(nb)
@@ -115,8 +147,16 @@ def signals_of(
     total = sum(c.total for c in (coverage or {}).values())
     contexts = total if total else n
     share_seen = min(seen / total, 1.0) if total else 1.0
+    k = kinds or KindSignals()
+    of_kind = {
+        "kind": k.kind,
+        "majority": k.majority,
+        "kind_share": k.share,
+        "bert_kind_share": k.bert_share,
+        "bert_p": k.bert_p,
+    }
     if top is None or n == 0:
-        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen)
+        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen, **of_kind)
     holds = nb.token_ids == top
     nearest_first = np.argsort(nb.distances, kind="stable")
     return Signals(
@@ -130,6 +170,7 @@ def signals_of(
         nearest=float(nb.distances[nearest_first[0]]),
         contexts=contexts,
         coverage=share_seen,
+        **of_kind,
     )
 
 
@@ -167,8 +208,23 @@ class Fit:
         sizes = {len(self.features), len(self.mean), len(self.scale), len(self.coef)}
         sizes |= {len(self.lower) or len(self.features), len(self.upper) or len(self.features)}
         rising = all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(self.curve, self.curve[1:]))
-        if unknown or len(sizes) != 1 or not 0.0 <= self.medium <= self.high <= 1.0 or not rising:
-            raise ValueError(f"bad confidence fit: unknown features {unknown}, sizes {sizes}, bands, curve")
+        numbers = [*self.mean, *self.scale, *self.coef, self.intercept, self.high, self.medium]
+        numbers += [*self.lower, *self.upper, *(v for point in self.curve for v in point)]
+        problems = [
+            f"unknown features {unknown}" if unknown else "",
+            f"lists of different sizes {sorted(sizes)}" if len(sizes) != 1 else "",
+            "a number that is not finite" if not all(math.isfinite(v) for v in numbers) else "",
+            "a zero scale" if any(v == 0.0 for v in self.scale) else "",
+            "bands out of order (0 <= medium <= high <= 1)"
+            if not 0.0 <= self.medium <= self.high <= 1.0
+            else "",
+            "a curve that does not rise within [0, 1]"
+            if not rising or any(not 0.0 <= v <= 1.0 for point in self.curve for v in point)
+            else "",
+            "lower bounds above upper ones" if any(a > b for a, b in zip(self.lower, self.upper)) else "",
+        ]
+        if any(problems):
+            raise ValueError("; ".join(x for x in problems if x))
 
     def matrix(self, rows: Sequence[Signals]) -> np.ndarray:
         """(n, features) standardised inputs."""
@@ -187,9 +243,10 @@ class Fit:
         xs, ys = zip(*self.curve)
         return np.interp(p, xs, ys)
 
-    def level(self, p: float, votes: int) -> str:
-        """The band of ``p``; never "high" on fewer than ``MIN_HIGH_VOTES`` votes."""
-        if p >= self.high and votes >= MIN_HIGH_VOTES:
+    def level(self, p: float, votes: int, kind_agrees: bool = True) -> str:
+        """The band of ``p``; never "high" on fewer than ``MIN_HIGH_VOTES`` votes, nor for an answer of
+        another kind than most of its neighbours hold (a year to a place question)."""
+        if p >= self.high and votes >= MIN_HIGH_VOTES and kind_agrees:
             return "high"
         return "medium" if p >= self.medium else "low"
 
@@ -206,12 +263,13 @@ class Fit:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> Fit:
-        """Raises: ConfigError: not a fit this version reads."""
+        """Raises: ConfigError: not a fit this version reads (one line naming ``where`` and what to do)."""
         try:
+            check_fit_json(data, where)
             if data.get("format") != FIT_FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, this version reads {FIT_FORMAT}")
             return cls(
-                tuple(data["features"]),
+                tuple(str(v) for v in data["features"]),
                 tuple(float(v) for v in data["mean"]),
                 tuple(float(v) for v in data["scale"]),
                 tuple(float(v) for v in data["coef"]),
@@ -223,38 +281,105 @@ class Fit:
                 tuple(float(v) for v in data.get("lower") or ()),
                 tuple(float(v) for v in data.get("upper") or ()),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"{where} is no confidence fit ({exc}); run eval calibrate again") from exc
+        except KeyError as exc:
+            raise ConfigError(f"confidence fit {where} is refused: no {exc}; {what_to_do(where)}") from None
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise ConfigError(f"confidence fit {where} is refused: {exc}; {what_to_do(where)}") from None
 
     @classmethod
     def read(cls, path: Path) -> Fit:
-        """Raises: ConfigError: unreadable or not a fit."""
+        """Raises: ConfigError: unreadable, too large or deep, or not a fit."""
+        return cls.from_json(read_fit_json(Path(path)), str(path))
+
+
+# The shipped fits, each for the answers of one kind of model and method (``about.applies_to``); the
+# first is the fallback for a model and method none of them names: MiniLM's kNN answers, then
+# bert-base-uncased's BERT-kNN answers (docs/evaluation.md#confidence).
+SHIPPED: tuple[str, ...] = ("confidence_fit.json", "confidence_fit_bert_knn.json")
+METHODS = ("knn", "bert", "interpolated")
+
+
+def method_of(bert_available: bool, lam: float) -> str:
+    """How an index's answers are made: kNN alone (no MLM head, or λ = 1), BERT alone (λ = 0), or both."""
+    if not bert_available or lam >= 1.0:
+        return "knn"
+    return "bert" if lam <= 0.0 else "interpolated"
+
+
+@lru_cache(maxsize=4)
+def shipped(name: str = SHIPPED[0]) -> Fit:
+    """A fit that ships with the package (default: all-MiniLM-L6-v2, kNN alone, on LAMA T-REx)."""
+    text = resources.files("bertknn_search.query").joinpath(name).read_text("utf-8")
+    return Fit.from_json(parse_fit_json(text, f"the shipped {name}"), f"the shipped {name}")
+
+
+def shipped_for(model: str | None, method: str) -> tuple[Fit, str]:
+    """The shipped fit for answers of ``model`` made by ``method``, and its name: one whose
+    ``applies_to`` names the method and the model's name (its last path part), else one for the method,
+    else the first."""
+    base = Path(model or "").name.lower()
+    candidates = []
+    for name in SHIPPED:
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read confidence fit {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path} is no confidence fit (not a JSON object); run eval calibrate again")
-        return cls.from_json(data, str(path))
+            fit = shipped(name)
+        except (FileNotFoundError, ConfigError):
+            continue
+        applies = fit.about.get("applies_to") or {}
+        models = [str(m).lower() for m in applies.get("models") or ()]
+        same_method = method in (applies.get("methods") or ())
+        candidates.append((same_method and any(m in base for m in models), same_method, name, fit))
+    if not candidates:
+        raise ConfigError("no shipped confidence fit could be read: reinstall bertknn-search")
+    best = max(candidates, key=lambda c: (c[0], c[1], -SHIPPED.index(c[2])))
+    return best[3], f"shipped:{best[2]}"
 
 
-@lru_cache(maxsize=1)
-def shipped() -> Fit:
-    """The fit that ships with the package (all-MiniLM-L6-v2 on LAMA T-REx)."""
-    text = resources.files("bertknn_search.query").joinpath("confidence_fit.json").read_text("utf-8")
-    return Fit.from_json(json.loads(text), "the shipped confidence_fit.json")
-
-
-def fit_for(index: Path | str | None) -> Fit:
-    """The fit an index's answers use: the one ``eval calibrate`` stored in its folder, else the shipped one.
+def fit_for(index: Path | str | None, model: str | None = None, method: str = "knn") -> Fit:
+    """The fit an index's answers use: the one ``eval calibrate`` stored in its folder, else the shipped
+    one for its model and method (``fit_name`` says which).
 
     Raises:
-        ConfigError: the stored fit cannot be read.
+        ConfigError: the stored fit is refused (one line naming it and how to go back).
     """
+    return fit_and_name(index, model, method)[0]
+
+
+def fit_and_name(index: Path | str | None, model: str | None = None, method: str = "knn") -> tuple[Fit, str]:
+    """``fit_for`` and the fit's name: ``stored:<path>`` or ``shipped:<file>``."""
     stored = Path(index) / FIT_FILE if index is not None else None
     if stored is not None and stored.is_file():
-        return Fit.read(stored)
-    return shipped()
+        return Fit.read(stored), f"stored:{stored}"
+    return shipped_for(model, method)
+
+
+def reset_fit(index: Path | str) -> str:
+    """``eval calibrate --reset``: remove the fit stored in ``index`` (a file or a link, never a folder);
+    returns what was done.
+
+    Raises:
+        ConfigError: something else than a file stands at the fit's place.
+    """
+    stored = Path(index) / FIT_FILE
+    if stored.is_symlink() or stored.is_file():
+        stored.unlink()
+        return f"removed {stored}: answers over this index use the shipped fit again"
+    if stored.exists():
+        raise ConfigError(f"{stored} is not a file: remove it yourself")
+    return f"no fit stored in {stored.parent}: answers already use the shipped fit"
+
+
+def describe_fit(index: Path | str | None, model: str | None, method: str) -> str:
+    """Which fit an index's answers use, for ``stats``: stored or shipped, what it was fitted on and its
+    left-out check; a stored fit that is refused says so (queries then refuse too)."""
+    try:
+        fit, name = fit_and_name(index, model, method)
+    except ConfigError as exc:
+        return f"refused: {exc}"
+    about = fit.about
+    head = about.get("left_out") or {}
+    check = ", ".join(f"{k} {head[k]}" for k in ("auroc", "ece") if k in head)
+    what = about.get("model") or "unknown model"
+    return f"{name} ({what}{'; left-out ' + check if check else ''})"
 
 
 def assess(
@@ -263,6 +388,8 @@ def assess(
     bert_available: bool,
     coverage: Mapping[str, Coverage] | None = None,
     fit: Fit | None = None,
+    kinds: KindSignals | None = None,
+    fit_name: str | None = None,
 ) -> Confidence | None:
     """An answer's confidence; None where no answer was computed (no neighbours and no MLM head).
 
@@ -273,11 +400,16 @@ def assess(
             ranking is all zeros: no answer).
         coverage: per article searched on a lazy index, its contexts encoded and in all.
         fit: the regression and bands (default: the shipped fit).
+        kinds: the answer's kind against its neighbours' (``answer_kinds.KindTable.signals``).
+        fit_name: which fit this is, for the answer's JSON (``fit_and_name``).
     """
-    return judge(signals(ranking, nb, coverage), bert_available and bool(ranking), fit)
+    found = signals(ranking, nb, coverage, kinds)
+    return judge(found, bert_available and bool(ranking), fit, fit_name)
 
 
-def judge(found: Signals, bert_available: bool, fit: Fit | None = None) -> Confidence | None:
+def judge(
+    found: Signals, bert_available: bool, fit: Fit | None = None, fit_name: str | None = None
+) -> Confidence | None:
     """The confidence of an answer with the signals ``found`` (see ``assess``)."""
     fit = fit or shipped()
     if found.neighbors == 0:
@@ -286,8 +418,16 @@ def judge(found: Signals, bert_available: bool, fit: Fit | None = None) -> Confi
         p = found.top1  # BERT's answer alone: its own probability, and no vote, so never "high"
     else:
         p = float(fit.probability([found])[0])
-    p = min(max(float(p), 0.0), 1.0)
-    return Confidence(fit.level(p, found.votes), round(p, 4), found.votes, found.neighbors)
+    p = min(max(float(p), 0.0), 1.0) if math.isfinite(p) else 0.0
+    kinds = {"kind": found.kind, "neighbours_kind": found.majority} if found.neighbors else {}
+    return Confidence(
+        fit.level(p, found.votes, found.kind_agrees),
+        round(p, 4),
+        found.votes,
+        found.neighbors,
+        fit=fit_name,
+        **kinds,
+    )
 
 
 def signals_json(found: Signals) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from bertknn_search.backends.base import Backend
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import MASK, Encoder
 from bertknn_search.errors import ConfigError, IndexMismatchError, QuestionError
-from bertknn_search.query.confidence import assess, fit_for
+from bertknn_search.query.answer_kinds import KindSignals, KindTable, neighbour_weights
+from bertknn_search.query.confidence import FIT_FILE, Fit, assess, fit_and_name, method_of
 from bertknn_search.query.evidence import with_evidence
 from bertknn_search.query.evidence_words import checked_words
 from bertknn_search.query.gates import confidence, decide, log_popularity
@@ -103,9 +104,49 @@ class Searcher:
         self.hooks = EncodeHooks()
         # The pieces behind each key of a word of several wordpieces (see values.py): shared keys are refused.
         self.word_keys = WordKeys()
-        # p of an answer's confidence: the fit ``eval calibrate`` stored with the index, else the shipped one.
-        self.confidence_fit = fit_for(config.index)
+        # p of an answer's confidence: the fit ``eval calibrate`` stored with the index (read now, so that
+        # a bad one is refused at open), else the shipped one for the model and method (on first use).
+        self._fit: tuple[Fit, str] | None = None
+        if (config.index / FIT_FILE).is_file():
+            self._fit = fit_and_name(config.index)
         self._pool: futures.ThreadPoolExecutor | None = None
+
+    @property
+    def confidence_fit(self) -> Fit:
+        return self._fit_and_name()[0]
+
+    @property
+    def fit_name(self) -> str:
+        """Which confidence fit answers use: ``stored:<path>`` or ``shipped:<file>``."""
+        return self._fit_and_name()[1]
+
+    def _fit_and_name(self) -> tuple[Fit, str]:
+        if self._fit is None:
+            head = bool(getattr(self.encoder, "has_head", False))
+            method = method_of(head, self.config.lam)
+            self._fit = fit_and_name(self.config.index, self.encoder.model_name, method)
+        return self._fit
+
+    @cached_property
+    def kind_table(self) -> KindTable:
+        """Each wordpiece's kind (year, number, month, punctuation, word)."""
+        return KindTable(self.encoder.vocab)
+
+    def kind_signals(self, top: int | None, scored: Scored) -> KindSignals:
+        """The top answer's kind against its neighbours' (``answer_kinds``)."""
+        nb = scored.neighbors
+        weights = neighbour_weights(
+            nb.distances, self.config.temperature, self.config.distance == "squared-l2"
+        )
+        return self.kind_table.signals(top, nb.token_ids, weights, scored.p_bert)
+
+    def same_kind(self, p: np.ndarray, scored: Scored) -> np.ndarray:
+        """``p`` kept to the neighbours' majority kind (``--same-kind``)."""
+        nb = scored.neighbors
+        weights = neighbour_weights(
+            nb.distances, self.config.temperature, self.config.distance == "squared-l2"
+        )
+        return self.kind_table.same_kind(p, self.kind_table.majority(nb.token_ids, weights))
 
     @classmethod
     def open(cls, config: Config) -> Searcher:
@@ -309,7 +350,7 @@ class Searcher:
         questions = [dataclasses.replace(q, evidence_for=checked_words(q.evidence_for)) for q in questions]
         answers = []
         for q, s in zip(questions, self.score_batch(questions)):
-            ranking = self.predictions(s.p, s)
+            ranking = self.predictions(self.same_kind(s.p, s) if self.config.same_kind else s.p, s)
             answer = Answer(
                 question=q.text,
                 subject=q.subject,
@@ -323,7 +364,13 @@ class Searcher:
                 gate=s.gate,
                 coverage=s.coverage,
                 confidence=assess(
-                    ranking, s.neighbors, s.p_bert is not None, s.coverage, self.confidence_fit
+                    ranking,
+                    s.neighbors,
+                    s.p_bert is not None,
+                    s.coverage,
+                    self.confidence_fit,
+                    self.kind_signals(ranking[0].token_id if ranking else None, s),
+                    self.fit_name,
                 ),
             )
             cfg = self.config

@@ -246,7 +246,7 @@ def create_app(settings: ServerSettings, open_searcher: Callable[[], Searcher] |
             "defaults": request_defaults(config, batcher.device_type, head),
             "limits": request_limits(limits, config, batcher.device_type),
         }
-        return _json_response(json.dumps(result, ensure_ascii=False))
+        return _json_response(json.dumps(result, ensure_ascii=False, allow_nan=False))
 
     @app.get("/health", summary="Ready once the model is loaded and the index's engine answers")
     async def health() -> JSONResponse:
