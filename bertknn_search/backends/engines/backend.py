@@ -44,6 +44,7 @@ from bertknn_search.records import (
     IndexMeta,
     IndexStats,
     Neighbors,
+    SubjectArticles,
 )
 
 T = TypeVar("T")
@@ -370,28 +371,41 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         self._remember(response)
         return subject_search.title_hits(response)
 
-    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
-        """The title lookup and the BM25 search in one ``_msearch`` (``subject_search``)."""
+    def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
+        """The title lookup, the BM25 search and (``closest`` > 0) the closest titles' searches in one
+        ``_msearch`` (``subject_search``); what follows the title lookup is used only where it misses."""
         body = subject_search.lines(subject, query, n, self.dialect.bigram_field)
-        if body is None:
-            return self.find_titles(subject, n)
+        bm25 = len(body) > 2  # the query has terms
+        if closest > 0:
+            body += subject_search.closest_lines(subject, closest)
         send = subject_search.msearch(self.client, self.names["articles"], body)
-        titled, searched = self._call("look up a title and search articles", send)
+        titled, *rest = self._call("look up a title and search articles", send)
+        searched, near = (rest[0], rest[1:]) if bm25 else (None, rest)
         if "error" in titled:  # asked alone: its retries, or its one-line error
-            return self.find_titles(subject, n) or self.search_articles(query, n)
-        if titled["hits"]["hits"]:
+            if own := self.find_titles(subject, n):
+                return SubjectArticles(own)
+            found = self.search_articles(query, n)
+        elif titled["hits"]["hits"]:
             self._remember(titled)
-            return subject_search.title_hits(titled)
-        if "error" in searched:
-            return self.search_articles(query, n)
-        self._remember(searched)
-        return bodies.parse_articles(searched)
+            return SubjectArticles(subject_search.title_hits(titled))
+        elif searched is None:
+            found = []
+        elif "error" in searched:
+            found = self.search_articles(query, n)
+        else:
+            self._remember(searched)
+            found = bodies.parse_articles(searched)
+        return SubjectArticles(found, self._closest(subject, closest, near) if closest > 0 else None)
 
     def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
         send = subject_search.msearch(
             self.client, self.names["articles"], subject_search.closest_lines(subject, n)
         )
-        found = subject_search.first_titles(self._call("list titles", send))
+        return self._closest(subject, n, self._call("list titles", send))
+
+    def _closest(self, subject: str, n: int, answers: list[dict[str, Any]]) -> list[ArticleHit]:
+        """``closest_titles`` from its searches' ``answers`` (``subject_search.closest_lines``)."""
+        found = subject_search.first_titles(answers)
         if found is None:  # asked one by one: their retries, or their one-line error
             return next((hits for p in title_patterns(subject) if (hits := self.list_titles(p, n))), [])
         return found
