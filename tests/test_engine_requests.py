@@ -123,11 +123,12 @@ def test_a_subject_s_articles_in_one_request_are_its_title_s_else_bm25_s(
     ingest(corpus, cluster_config.replace(contexts="eager"), progress=False)
     backend = EngineBackend.open(cluster_config)
     try:
-        person, job = facts[1].person.title(), facts[1].job
+        person, job, city = facts[1].person.title(), facts[1].job, facts[1].city
         cases = [
             (person, person),
             (f" {person.upper()} ", "x"),
             (job, job),
+            (f"{job} {city}", f"{job} {city}"),  # no title; a word of it is one (closest titles)
             (job, "zzzunseen"),
             ("the", "the"),
         ]
@@ -143,7 +144,7 @@ def test_a_subject_s_articles_in_one_request_are_its_title_s_else_bm25_s(
                 assert found.closest == near, (subject, query, closest)
                 assert len(sent) == 1, sent
         assert backend.subject_articles(job, job, 3).articles, "the scenario reaches BM25"
-        assert backend.subject_articles(job, job, 3, 5).closest, "the scenario finds closest titles"
+        assert backend.subject_articles(f"{job} {city}", job, 3, 5).closest, "the scenario names titles"
         assert backend.subject_articles(person, person, 3).articles[0].score == float("inf")
 
         # A search the engine refused inside the _msearch is asked again alone (its retries, its errors).
