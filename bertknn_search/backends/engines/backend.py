@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from bertknn_search.backends.base import check_meta, extrapolate, title_patterns
+from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.engines import bodies, dialect_for, subject_search
 from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
@@ -372,15 +372,12 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         return subject_search.title_hits(response)
 
     def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
-        """The title lookup, the BM25 search and (``closest`` > 0) the closest titles' searches in one
-        ``_msearch`` (``subject_search``); what follows the title lookup is used only where it misses."""
+        """The title lookup, BM25 search and closest titles' searches in one ``_msearch`` (subject_search)."""
         body = subject_search.lines(subject, query, n, self.dialect.bigram_field)
-        bm25 = len(body) > 2  # the query has terms
-        if closest > 0:
-            body += subject_search.closest_lines(subject, closest)
-        send = subject_search.msearch(self.client, self.names["articles"], body)
+        near_lines = subject_search.closest_lines(subject, closest) if closest > 0 else []
+        send = subject_search.msearch(self.client, self.names["articles"], body + near_lines)
         titled, *rest = self._call("look up a title and search articles", send)
-        searched, near = (rest[0], rest[1:]) if bm25 else (None, rest)
+        searched, near = (rest[0], rest[1:]) if len(body) > 2 else (None, rest)  # BM25: the query has terms
         if "error" in titled:  # asked alone: its retries, or its one-line error
             if own := self.find_titles(subject, n):
                 return SubjectArticles(own)
@@ -388,27 +385,19 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         elif titled["hits"]["hits"]:
             self._remember(titled)
             return SubjectArticles(subject_search.title_hits(titled))
-        elif searched is None:
-            found = []
-        elif "error" in searched:
+        elif searched is None or "error" in searched:  # no terms ([], no request), or asked alone
             found = self.search_articles(query, n)
         else:
             self._remember(searched)
             found = bodies.parse_articles(searched)
-        return SubjectArticles(found, self._closest(subject, closest, near) if closest > 0 else None)
+        if closest <= 0:
+            return SubjectArticles(found)
+        return SubjectArticles(found, subject_search.closest(near, subject, closest, self.list_titles))
 
     def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
-        send = subject_search.msearch(
-            self.client, self.names["articles"], subject_search.closest_lines(subject, n)
-        )
-        return self._closest(subject, n, self._call("list titles", send))
-
-    def _closest(self, subject: str, n: int, answers: list[dict[str, Any]]) -> list[ArticleHit]:
-        """``closest_titles`` from its searches' ``answers`` (``subject_search.closest_lines``)."""
-        found = subject_search.first_titles(answers)
-        if found is None:  # asked one by one: their retries, or their one-line error
-            return next((hits for p in title_patterns(subject) if (hits := self.list_titles(p, n))), [])
-        return found
+        body = subject_search.closest_lines(subject, n)
+        answers = self._call("list titles", subject_search.msearch(self.client, self.names["articles"], body))
+        return subject_search.closest(answers, subject, n, self.list_titles)
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)

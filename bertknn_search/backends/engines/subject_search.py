@@ -61,6 +61,17 @@ def first_titles(answers: list[dict[str, Any]]) -> list[ArticleHit] | None:
     return []
 
 
+def closest(
+    answers: list[dict[str, Any]], subject: str, n: int, list_titles: Callable[[str, int], list[ArticleHit]]
+) -> list[ArticleHit]:
+    """``closest_titles`` from the answers of its searches (``closest_lines``); where one was refused,
+    the patterns asked one by one through ``list_titles`` (their retries, or their one-line error)."""
+    found = first_titles(answers)
+    if found is None:
+        return next((hits for p in title_patterns(subject) if (hits := list_titles(p, n))), [])
+    return found
+
+
 def msearch(client: Any, index: str, body: list[dict[str, Any]]) -> Callable[[], list[dict[str, Any]]]:
     """The request, for ``EngineBackend._call``: each search's response, or its ``error``.
 
