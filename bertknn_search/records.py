@@ -209,6 +209,20 @@ class ArticleHit:
 
 
 @dataclass(frozen=True)
+class SubjectArticles:
+    """A subject's articles (``Backend.subject_articles``), with the titles closest to it where asked.
+
+    Attributes:
+        articles: the subject's own articles (score infinity), else the BM25 top n.
+        closest: where the subject is no title and closest titles were asked for, up to that many
+            titles holding the first of its ``title_patterns`` that any title holds; None otherwise.
+    """
+
+    articles: list[ArticleHit]
+    closest: list[ArticleHit] | None = None
+
+
+@dataclass(frozen=True)
 class Neighbors:
     """The k nearest stored contexts of one query vector, nearest first.
 

@@ -90,10 +90,13 @@ def test_same_articles_and_closest_titles_for_subjects_on_both_backends(
         "zzzunseen",
         "the",
     ):
-        for n in (1, 3):  # ids and titles (the engines' BM25 scores are scaled: test_engine_exact)
-            want = [(h.id, h.title) for h in embedded.backend.subject_articles(subject, subject, n)]
-            got = engine.backend.subject_articles(subject, subject, n)
-            assert [(h.id, h.title) for h in got] == want, (subject, n)
+        for n, closest in ((1, 0), (3, 0), (3, 5)):  # ids and titles (BM25 scores: test_engine_exact)
+            want = embedded.backend.subject_articles(subject, subject, n, closest)
+            got = engine.backend.subject_articles(subject, subject, n, closest)
+            assert [(h.id, h.title) for h in got.articles] == [(h.id, h.title) for h in want.articles]
+            pairs = [None if s is None else [(h.id, h.title) for h in s] for s in (got.closest, want.closest)]
+            assert pairs[0] == pairs[1], (subject, n, closest)
+            assert (want.closest is None) == (closest == 0 or bool(embedded.backend.find_titles(subject, n)))
         want = [(h.id, h.title) for h in embedded.backend.closest_titles(subject, 5)]
         assert [(h.id, h.title) for h in engine.backend.closest_titles(subject, 5)] == want, subject
     assert embedded.backend.closest_titles(f"{job} of {city}", 5), "the scenario finds a title by a word"

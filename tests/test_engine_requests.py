@@ -10,7 +10,6 @@ articles the same after their docs are updated.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,10 +67,9 @@ def questions(facts: list[Fact]) -> list[Question]:
 
 
 def limit(question: Question, answer: Answer) -> int:
-    """Requests a warm question may make: 2, and one more (an ``_msearch``) to name the titles closest
-    to a subject that is no title (``Backend.closest_titles``)."""
-    own = any(math.isinf(a.score) for a in answer.articles)
-    return 3 if question.subject and question.subject.strip() and not own else 2
+    """Requests a warm question makes: 2, a subject that is no title too (its closest titles are asked
+    in the ``_msearch`` of its title lookup and BM25 search)."""
+    return 2
 
 
 def summary(answer: Answer) -> tuple[Any, ...]:
@@ -112,7 +110,7 @@ def test_a_warm_question_is_two_requests_and_one_encoder_pass(
     requests = Requests(monkeypatch)
     for q, before in zip(qs, cold):
         answer, sent = requests.during(lambda q=q: searcher.answer(q))
-        assert len(sent) <= limit(q, answer), (q.text, sent)
+        assert len(sent) == limit(q, answer), (q.text, sent)
         assert all(r.endswith(("/_search", "/_msearch")) for r in sent), sent
         # Same articles (BM25 still finds the docs the encode updated), answers and evidence.
         assert summary(answer) == summary(before), q.text
@@ -125,38 +123,46 @@ def test_a_subject_s_articles_in_one_request_are_its_title_s_else_bm25_s(
     ingest(corpus, cluster_config.replace(contexts="eager"), progress=False)
     backend = EngineBackend.open(cluster_config)
     try:
-        person, job = facts[1].person.title(), facts[1].job
+        person, job, city = facts[1].person.title(), facts[1].job, facts[1].city
         cases = [
             (person, person),
             (f" {person.upper()} ", "x"),
             (job, job),
+            (f"{job} {city}", f"{job} {city}"),  # no title; a word of it is one (closest titles)
             (job, "zzzunseen"),
             ("the", "the"),
         ]
         requests = Requests(monkeypatch)
         for subject, query in cases:
-            found, sent = requests.during(lambda s=subject, q=query: backend.subject_articles(s, q, 3))
-            want = backend.find_titles(subject, 3) or backend.search_articles(query, 3)
-            assert found == want, (subject, query)
-            assert len(sent) == 1, sent
-        assert backend.subject_articles(job, job, 3), "the scenario reaches BM25"
-        assert backend.subject_articles(person, person, 3)[0].score == float("inf")
+            for closest in (0, 5):
+                found, sent = requests.during(
+                    lambda s=subject, q=query, c=closest: backend.subject_articles(s, q, 3, c)
+                )
+                own = backend.find_titles(subject, 3)
+                assert found.articles == (own or backend.search_articles(query, 3)), (subject, query)
+                near = None if own or not closest else backend.closest_titles(subject, closest)
+                assert found.closest == near, (subject, query, closest)
+                assert len(sent) == 1, sent
+        assert backend.subject_articles(job, job, 3).articles, "the scenario reaches BM25"
+        assert backend.subject_articles(f"{job} {city}", job, 3, 5).closest, "the scenario names titles"
+        assert backend.subject_articles(person, person, 3).articles[0].score == float("inf")
 
         # A search the engine refused inside the _msearch is asked again alone (its retries, its errors).
         send = backend.client.msearch
 
         def refused(*args: Any, **kwargs: Any) -> Any:
             body = dict(getattr(answer := send(*args, **kwargs), "body", answer))
-            body["responses"] = [{"error": {"type": "es_rejected_execution_exception"}, "status": 429}] * 2
+            refusal = {"error": {"type": "es_rejected_execution_exception"}, "status": 429}
+            body["responses"] = [refusal] * len(body["responses"])
             return body
 
         monkeypatch.setattr(backend.client, "msearch", refused)
         for subject, query in cases:
             found, sent = requests.during(lambda s=subject, q=query: backend.subject_articles(s, q, 3))
-            assert found == (backend.find_titles(subject, 3) or backend.search_articles(query, 3))
-            assert len(sent) == (
-                1 if query == "the" else 2 if found and found[0].score == float("inf") else 3
-            )
+            assert found.articles == (backend.find_titles(subject, 3) or backend.search_articles(query, 3))
+            own = bool(found.articles) and found.articles[0].score == float("inf")
+            # Asked again: the title lookup, then (a miss) the BM25 search, where the query has terms.
+            assert len(sent) == (2 if own or query == "the" else 3)
     finally:
         backend.close()
 

@@ -20,6 +20,7 @@ from bertknn_search.records import (
     IndexStats,
     Neighbors,
     PendingArticle,
+    SubjectArticles,
 )
 
 
@@ -117,10 +118,11 @@ class Backend(Protocol):
         (``list_titles``'s order), for a subject that is no title; one request on an engine."""
         ...
 
-    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
-        """``find_titles(subject, n)`` when it finds any, else ``search_articles(query, n)`` ([] for "").
+    def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
+        """``find_titles(subject, n)`` when it finds any, else ``search_articles(query, n)`` ([] for "");
+        where that misses and ``closest`` > 0, also ``closest_titles(subject, closest)``.
 
-        One call, so that an engine can ask both in one request (a question with a subject).
+        One call, so that an engine can ask all of them in one request (a question with a subject).
         """
         ...
 

@@ -55,6 +55,7 @@ from bertknn_search.records import (
     IndexStats,
     Neighbors,
     PendingArticle,
+    SubjectArticles,
 )
 
 TOUCH_EVERY_S = 60.0
@@ -508,8 +509,8 @@ class LazyDatastore:
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         return self.store.search_articles(query, n)
 
-    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
-        return self.store.subject_articles(subject, query, n)
+    def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
+        return self.store.subject_articles(subject, query, n, closest)
 
     def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
         return self.store.closest_titles(subject, n)

@@ -6,7 +6,7 @@ import re
 
 from bertknn_search.backends.base import Backend
 from bertknn_search.encoding.encoder import MASK
-from bertknn_search.records import ArticleHit, Question
+from bertknn_search.records import ArticleHit, Question, SubjectArticles
 
 _TRAILING_PUNCT = re.compile(r"[\s.?!]+$")
 
@@ -28,8 +28,15 @@ def retrieve(backend: Backend, question: Question, n: int) -> list[ArticleHit]:
     Several articles may carry the subject's title (two inputs, one title): all of them, up to ``n``, are
     the subject's own, so all are searched rather than one picked by id.
     """
+    return retrieve_subject(backend, question, n).articles
+
+
+def retrieve_subject(backend: Backend, question: Question, n: int, closest: int = 0) -> SubjectArticles:
+    """``retrieve``'s articles, with up to ``closest`` titles closest to a subject that is no title
+    (``Backend.closest_titles``; None for a free question, a subject that is a title, or ``closest`` 0)."""
     query = ir_query(question)
     if question.subject:
-        # One call: an engine asks for the title and the BM25 top n in one request.
-        return backend.subject_articles(question.subject, query, n)
-    return backend.search_articles(query, n) if query else []
+        # One call: an engine asks for the title, the BM25 top n and the closest titles in one request.
+        wanted = closest if question.subject.strip() else 0
+        return backend.subject_articles(question.subject, query, n, wanted)
+    return SubjectArticles(backend.search_articles(query, n) if query else [])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import time
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from bertknn_search.query.gates import confidence, decide, log_popularity
 from bertknn_search.query.interpolate import interpolate, rank
 from bertknn_search.query.knn import knn_probs
 from bertknn_search.query.neighbour_words import resolve_words
-from bertknn_search.query.retrieve import retrieve
+from bertknn_search.query.retrieve import retrieve, retrieve_subject
 from bertknn_search.query.split_words import split_words
 from bertknn_search.records import (
     Answer,
@@ -39,6 +38,7 @@ from bertknn_search.records import (
     Neighbors,
     Prediction,
     Question,
+    SubjectArticles,
 )
 from bertknn_search.textcheck import describe_unencodable, first_unencodable
 from bertknn_search.values import MAX_PIECES, Candidates, ValueSpace, WordKeys, is_word, whole_words
@@ -66,6 +66,8 @@ class Scored:
             included); 0 when the gate skipped them.
         coverage: per article searched on a lazy index, how many of its contexts were stored when it
             was searched; {} on an eager index.
+        closest_titles: the titles closest to a subject that is no title, where ``score_batch`` was
+            asked for them (``Backend.subject_articles``); None otherwise.
     """
 
     hits: list[ArticleHit] | None
@@ -77,6 +79,7 @@ class Scored:
     gate: GateDecision | None = None
     seconds: float = 0.0
     coverage: dict[str, Coverage] = field(default_factory=dict)
+    closest_titles: list[ArticleHit] | None = None
 
     @property
     def retrieved(self) -> bool:
@@ -174,13 +177,14 @@ class Searcher:
         return retrieve(self.backend, question, n or self.config.n_articles)
 
     def _retrieve_all(
-        self, questions: Sequence[Question], n: int
-    ) -> tuple[list[list[ArticleHit]], list[float]]:
-        """Each question's articles and the seconds its IR took."""
+        self, questions: Sequence[Question], n: int, closest: int
+    ) -> tuple[list[SubjectArticles], list[float]]:
+        """Each question's articles (with ``closest`` titles, ``retrieve_subject``) and the seconds its IR
+        took."""
         found, seconds = [], []
         for q in questions:
             start = time.perf_counter()
-            found.append(self.retrieve(q, n))
+            found.append(retrieve_subject(self.backend, q, n, closest))
             seconds.append(time.perf_counter() - start)
         return found, seconds
 
@@ -222,12 +226,16 @@ class Searcher:
     def answer(self, question: Question) -> Answer:
         return self.answer_batch([question])[0]
 
-    def score_batch(self, questions: Sequence[Question], config: Config | None = None) -> list[Scored]:
+    def score_batch(
+        self, questions: Sequence[Question], config: Config | None = None, closest_titles: int = 0
+    ) -> list[Scored]:
         """The three distributions for each question; the model runs once for the whole batch.
 
         Args:
             questions: cloze questions, each with exactly one [MASK].
             config: method settings to use instead of the Searcher's (evaluation tries several).
+            closest_titles: up to this many titles closest to a subject that is no title, asked with the
+                question's IR (one engine request); 0 (evaluation) asks none.
 
         Raises:
             QuestionError: a question without exactly one [MASK], or a question or subject that is not
@@ -245,7 +253,7 @@ class Searcher:
         # encoder does (on an engine it is a round trip to the node, which the pass then hides).
         early = None
         if cfg.gate == "none" and cfg.use_ir:
-            early = self._ir_pool().submit(self._retrieve_all, questions, cfg.n_articles)
+            early = self._ir_pool().submit(self._retrieve_all, questions, cfg.n_articles, closest_titles)
         try:
             states, p_bert = self.encode(questions)
         except BaseException:
@@ -257,13 +265,20 @@ class Searcher:
         # A question the gate stops gets no articles and no neighbours: BERT-kNN is then BERT.
         seconds = [0.0] * len(questions)
         found: list[list[ArticleHit] | None] = []
+        nearest: list[list[ArticleHit] | None] = [None] * len(questions)
         if early is not None:
             retrieved, seconds = early.result()
-            found.extend(retrieved)
+            found.extend(r.articles for r in retrieved)
+            nearest = [r.closest for r in retrieved]
         else:
             for i, (q, wanted) in enumerate(zip(questions, go)):
                 start = time.perf_counter()
-                found.append((self.retrieve(q, cfg.n_articles) if cfg.use_ir else None) if wanted else [])
+                if wanted and cfg.use_ir:
+                    r = retrieve_subject(self.backend, q, cfg.n_articles, closest_titles)
+                    found.append(r.articles)
+                    nearest[i] = r.closest
+                else:
+                    found.append(None if wanted else [])
                 seconds[i] += time.perf_counter() - start
         # One call for the whole batch, so a lazy index encodes what the batch needs in one pass.
         start = time.perf_counter()
@@ -293,7 +308,7 @@ class Searcher:
             took = seconds[i] + time.perf_counter() - start + shared if go[i] else 0.0
             gate = None if gates is None else gates[i]
             seen = {h.id: coverage[h.id] for h in hits or [] if h.id in coverage}
-            scored.append(Scored(hits, nb, pb, p_knn, p, space, gate, took, seen))
+            scored.append(Scored(hits, nb, pb, p_knn, p, space, gate, took, seen, nearest[i]))
         return scored
 
     def distributions(
@@ -349,7 +364,7 @@ class Searcher:
         """
         questions = [dataclasses.replace(q, evidence_for=checked_words(q.evidence_for)) for q in questions]
         answers = []
-        for q, s in zip(questions, self.score_batch(questions)):
+        for q, s in zip(questions, self.score_batch(questions, closest_titles=CLOSEST_TITLES)):
             ranking = self.predictions(self.same_kind(s.p, s) if self.config.same_kind else s.p, s)
             answer = Answer(
                 question=q.text,
@@ -385,18 +400,10 @@ class Searcher:
                 reencode=self.reencode,
             )
             answer = self._with_split_words(answer, s.neighbors)
-            if q.subject and q.subject.strip() and s.hits is not None:
-                answer = self._with_closest_titles(answer, q.subject, s.hits)
+            if s.closest_titles is not None:  # a subject that is no title: BM25 searched it instead
+                answer = dataclasses.replace(answer, closest_titles=[h.title for h in s.closest_titles])
             answers.append(answer)
         return answers
-
-    def _with_closest_titles(self, answer: Answer, subject: str, hits: Sequence[ArticleHit]) -> Answer:
-        """``answer`` naming the titles closest to ``subject`` when it is no title (its own article's
-        hit scores infinity): the titles that hold it, else those that hold its longest words."""
-        if any(math.isinf(h.score) for h in hits):
-            return answer
-        found = self.backend.closest_titles(subject, CLOSEST_TITLES)
-        return dataclasses.replace(answer, closest_titles=[h.title for h in found])
 
     def _with_split_words(self, answer: Answer, nb: Neighbors) -> Answer:
         """``answer`` with the words at [MASK]'s place in its nearest sentences that cannot be answers."""

@@ -56,6 +56,7 @@ from bertknn_search.records import (
     IndexMeta,
     IndexStats,
     Neighbors,
+    SubjectArticles,
 )
 from bertknn_search.terms import query_terms
 
@@ -371,8 +372,11 @@ class EmbeddedBackend(ContextStoreSide, TextStoreSide):
                 return found
         return []
 
-    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
-        return self.find_titles(subject, n) or (self.search_articles(query, n) if query else [])
+    def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
+        if own := self.find_titles(subject, n):
+            return SubjectArticles(own)
+        found = self.search_articles(query, n) if query else []
+        return SubjectArticles(found, self.closest_titles(subject, closest) if closest > 0 else None)
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         # LIKE's own wildcards in the pattern stand for themselves.

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from bertknn_search.backends.base import check_meta, extrapolate, title_patterns
+from bertknn_search.backends.base import check_meta, extrapolate
 from bertknn_search.backends.engines import bodies, dialect_for, subject_search
 from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
@@ -46,6 +46,7 @@ from bertknn_search.records import (
     IndexMeta,
     IndexStats,
     Neighbors,
+    SubjectArticles,
 )
 
 T = TypeVar("T")
@@ -371,31 +372,33 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         self._remember(response)
         return subject_search.title_hits(response)
 
-    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
-        """The title lookup and the BM25 search in one ``_msearch`` (``subject_search``)."""
+    def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
+        """The title lookup, BM25 search and closest titles' searches in one ``_msearch`` (subject_search)."""
         body = subject_search.lines(subject, query, n, self.dialect.bigram_field)
-        if body is None:
-            return self.find_titles(subject, n)
-        send = subject_search.msearch(self.client, self.names["articles"], body)
-        titled, searched = self._call("look up a title and search articles", send)
+        near_lines = subject_search.closest_lines(subject, closest) if closest > 0 else []
+        send = subject_search.msearch(self.client, self.names["articles"], body + near_lines)
+        titled, *rest = self._call("look up a title and search articles", send)
+        searched, near = (rest[0], rest[1:]) if len(body) > 2 else (None, rest)  # BM25: the query has terms
         if "error" in titled:  # asked alone: its retries, or its one-line error
-            return self.find_titles(subject, n) or self.search_articles(query, n)
-        if titled["hits"]["hits"]:
+            if own := self.find_titles(subject, n):
+                return SubjectArticles(own)
+            found = self.search_articles(query, n)
+        elif titled["hits"]["hits"]:
             self._remember(titled)
-            return subject_search.title_hits(titled)
-        if "error" in searched:
-            return self.search_articles(query, n)
-        self._remember(searched)
-        return bodies.parse_articles(searched)
+            return SubjectArticles(subject_search.title_hits(titled))
+        elif searched is None or "error" in searched:  # no terms ([], no request), or asked alone
+            found = self.search_articles(query, n)
+        else:
+            self._remember(searched)
+            found = bodies.parse_articles(searched)
+        if closest <= 0:
+            return SubjectArticles(found)
+        return SubjectArticles(found, subject_search.closest(near, subject, closest, self.list_titles))
 
     def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
-        send = subject_search.msearch(
-            self.client, self.names["articles"], subject_search.closest_lines(subject, n)
-        )
-        found = subject_search.first_titles(self._call("list titles", send))
-        if found is None:  # asked one by one: their retries, or their one-line error
-            return next((hits for p in title_patterns(subject) if (hits := self.list_titles(p, n))), [])
-        return found
+        body = subject_search.closest_lines(subject, n)
+        answers = self._call("list titles", subject_search.msearch(self.client, self.names["articles"], body))
+        return subject_search.closest(answers, subject, n, self.list_titles)
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)

@@ -9,8 +9,10 @@ against the embedded index). The engine runs the BM25 search for nothing when th
 costs it far less than a round trip costs the question.
 
 A subject that is no title also names the titles closest to it (``Backend.closest_titles``): the titles
-holding the subject, else its longest word, and so on; each pattern is a search of its own, all of them
-in one ``_msearch`` too.
+holding the subject, else its longest word, and so on; each pattern is a search of its own. A caller that
+shows them (``Searcher.answer_batch``) has them asked in the same ``_msearch`` as the title lookup and
+the BM25 search (``closest_lines`` after ``lines``), so that a subject that is no title is one round trip
+too; their answers are read only where the title misses (the cost when it matches: docs/engines.md).
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ def title_hits(response: dict[str, Any]) -> list[ArticleHit]:
     ]
 
 
-def lines(subject: str, query: str, n: int, bigram_field: str) -> list[dict[str, Any]] | None:
-    """The ``_msearch`` body: the title lookup, then the BM25 search; None where ``query`` has no terms."""
-    search = bodies.search_body(query, n, bigram_field) if query else None
-    if search is None:
-        return None
+def lines(subject: str, query: str, n: int, bigram_field: str) -> list[dict[str, Any]]:
+    """The ``_msearch`` body: the title lookup, then the BM25 search where ``query`` has terms."""
     # Every shard or none, as ``EngineBackend._search`` asks of a single search.
     whole = {"allow_partial_search_results": False}
+    search = bodies.search_body(query, n, bigram_field) if query else None
+    if search is None:
+        return [whole, bodies.title_body(subject, n)]
     return [whole, bodies.title_body(subject, n), {**whole, "search_type": "dfs_query_then_fetch"}, search]
 
 
@@ -57,6 +59,17 @@ def first_titles(answers: list[dict[str, Any]]) -> list[ArticleHit] | None:
         if hits := answer["hits"]["hits"]:
             return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in hits]
     return []
+
+
+def closest(
+    answers: list[dict[str, Any]], subject: str, n: int, list_titles: Callable[[str, int], list[ArticleHit]]
+) -> list[ArticleHit]:
+    """``closest_titles`` from the answers of its searches (``closest_lines``); where one was refused,
+    the patterns asked one by one through ``list_titles`` (their retries, or their one-line error)."""
+    found = first_titles(answers)
+    if found is None:
+        return next((hits for p in title_patterns(subject) if (hits := list_titles(p, n))), [])
+    return found
 
 
 def msearch(client: Any, index: str, body: list[dict[str, Any]]) -> Callable[[], list[dict[str, Any]]]:
