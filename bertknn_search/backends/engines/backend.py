@@ -18,7 +18,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from bertknn_search.backends.base import check_meta, extrapolate
-from bertknn_search.backends.engines import bodies, dialect_for, subject_search
+from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.engines.articles import EngineArticleSide
 from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
     RetryPolicy,
@@ -41,12 +42,10 @@ from bertknn_search.backends.engines.reads import (
 from bertknn_search.config import Config
 from bertknn_search.errors import BackendError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import (
-    ArticleHit,
     EncodedArticle,
     IndexMeta,
     IndexStats,
     Neighbors,
-    SubjectArticles,
 )
 
 T = TypeVar("T")
@@ -63,7 +62,7 @@ MGET_CHUNK = 1000
 GENERATION_RETRIES = 3  # searches of one kNN query while the articles it searches are being replaced
 
 
-class EngineBackend(EngineContextSide, EngineBulkMode):
+class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
     """The OpenSearch or Elasticsearch backend: ``<prefix>-articles`` and ``<prefix>-contexts``."""
 
     retry: ClassVar[RetryPolicy] = RetryPolicy()
@@ -366,56 +365,6 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         """Fingerprints of settled articles only: one whose old contexts may remain is done again."""
         docs = self._mget(article_ids, ["fingerprint", "settled"], realtime=True)
         return {aid: src["fingerprint"] for aid, src in docs.items() if src.get("settled", False)}
-
-    def find_titles(self, title: str, n: int) -> list[ArticleHit]:
-        response = self._search("look up a title", "articles", bodies.title_body(title, n))
-        self._remember(response)
-        return subject_search.title_hits(response)
-
-    def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
-        """The title lookup, BM25 search and closest titles' searches in one ``_msearch`` (subject_search)."""
-        body = subject_search.lines(subject, query, n, self.dialect.bigram_field)
-        near_lines = subject_search.closest_lines(subject, closest) if closest > 0 else []
-        send = subject_search.msearch(self.client, self.names["articles"], body + near_lines)
-        titled, *rest = self._call("look up a title and search articles", send)
-        searched, near = (rest[0], rest[1:]) if len(body) > 2 else (None, rest)  # BM25: the query has terms
-        if "error" in titled:  # asked alone: its retries, or its one-line error
-            if own := self.find_titles(subject, n):
-                return SubjectArticles(own)
-            found = self.search_articles(query, n)
-        elif titled["hits"]["hits"]:
-            self._remember(titled)
-            return SubjectArticles(subject_search.title_hits(titled))
-        elif searched is None or "error" in searched:  # no terms ([], no request), or asked alone
-            found = self.search_articles(query, n)
-        else:
-            self._remember(searched)
-            found = bodies.parse_articles(searched)
-        if closest <= 0:
-            return SubjectArticles(found)
-        return SubjectArticles(found, subject_search.closest(near, subject, closest, self.list_titles))
-
-    def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
-        body = subject_search.closest_lines(subject, n)
-        answers = self._call("list titles", subject_search.msearch(self.client, self.names["articles"], body))
-        return subject_search.closest(answers, subject, n, self.list_titles)
-
-    def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
-        body = bodies.titles_body(pattern, n)
-        response = self._search("list titles", "articles", body)
-        return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in response["hits"]["hits"]]
-
-    def search_articles(self, query: str, n: int) -> list[ArticleHit]:
-        """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""
-        body = bodies.search_body(query, n, self.dialect.bigram_field)
-        if body is None:
-            return []
-        response = self._search("search articles", "articles", body, search_type="dfs_query_then_fetch")
-        self._remember(response)
-        return bodies.parse_articles(response)
-
-    def _remember(self, response: dict[str, Any]) -> None:
-        self._cache.record((hit["_id"], hit["_source"]) for hit in response["hits"]["hits"])
 
     def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
         """Exact k nearest contexts (squared L2) inside ``article_ids``, with their stored keys.
