@@ -155,6 +155,19 @@ def test_sequences_read_in_place_equal_gathered_ones(tiny_model: Path, dtype: to
     assert torch.equal(gathered, in_place[apart])
 
 
+def test_q_k_v_run_as_one_product_until_the_weights_move(tiny_model: Path) -> None:
+    """One (3h, h) product while the three layers are views of it; after ``.to(dtype)`` three again, and
+    the same states either way (fp32)."""
+    ours, _ = load(tiny_model)
+    layer = ours.bert.encoder.layer[0]
+    assert layer._fused_qkv() is not None
+    ids, mask = batch(ours.config.vocab_size, [9, 4])
+    fused = run(ours, ids, mask).last_hidden_state
+    ours.to(torch.float64).to(torch.float32)  # new tensors: the layers are no longer views of the fused one
+    assert layer._fused_qkv() is None and layer._qkv is None
+    assert torch.allclose(run(ours, ids, mask).last_hidden_state, fused, atol=1e-6)
+
+
 def test_weights_from_pytorch_model_bin_and_tf_era_names_load_the_same(
     tiny_model: Path, tmp_path: Path
 ) -> None:
