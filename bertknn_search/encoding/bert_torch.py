@@ -127,7 +127,7 @@ class Packing:
     where its sequences' tokens are, so attention runs on each group as one unpadded batch. In a batch
     sorted by length (ingest sorts its batches) a group's tokens are one run of rows, read and written in
     place rather than gathered and scattered back (with the output projection's inputs no longer copied
-    side by side, a BERT-base forward took 0.75x the CPU time: docs/performance.md).
+    side by side, a BERT-base forward took 0.75x the CPU time at load 20-24: docs/performance.md).
     On a GPU (``padded``) every position, padding included, as transformers runs them: there the index
     work and a kernel launch per group cost more than the padding (a batch of 128 keys of BERT-base took
     1.7x transformers' time on an H200 packed, 11x with attention per group).
