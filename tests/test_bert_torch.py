@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from bertknn_search.encoding.bert_torch import BertForMaskedLM, load, not_bert
+from bertknn_search.encoding.bert_torch import BertForMaskedLM, Packing, load, not_bert
 from bertknn_search.encoding.tokenizer_file import FileTokenizer
 
 FP32_TOLERANCE = 1e-5
@@ -137,6 +137,35 @@ def test_a_row_in_bf16_does_not_depend_on_its_batch(minilm: Path) -> None:
         assert torch.equal(alone[0], whole[i, :n])
     some = run(ours, ids[2:6], mask[2:6]).last_hidden_state
     assert torch.equal(some[:, : max(lengths[2:6])], whole[2:6, : max(lengths[2:6])])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sequences_read_in_place_equal_gathered_ones(tiny_model: Path, dtype: torch.dtype) -> None:
+    """A batch sorted by length (as ingest makes them) attends over each length's tokens in place; the same
+    sequences apart are gathered: a sequence's states are the same bit for bit either way."""
+    ours, _ = load(tiny_model, dtype)
+    ours.set_row_block(256 if dtype == torch.bfloat16 else None)
+    lengths = [5, 5, 5, 9, 9, 14]
+    ids, mask = batch(ours.config.vocab_size, lengths)
+    apart = [3, 0, 5, 1, 4, 2]
+    assert all(isinstance(g.at, slice) for g in Packing(mask.bool()).groups)
+    assert not any(isinstance(g.at, slice) for g in Packing(mask[apart].bool()).groups if g.rows > 1)
+    in_place = run(ours, ids, mask).last_hidden_state
+    gathered = run(ours, ids[apart], mask[apart]).last_hidden_state
+    assert torch.equal(gathered, in_place[apart])
+
+
+def test_q_k_v_run_as_one_product_until_the_weights_move(tiny_model: Path) -> None:
+    """One (3h, h) product while the three layers are views of it; after ``.to(dtype)`` three again, and
+    the same states either way (fp32)."""
+    ours, _ = load(tiny_model)
+    layer = ours.bert.encoder.layer[0]
+    assert layer._fused_qkv() is not None
+    ids, mask = batch(ours.config.vocab_size, [9, 4])
+    fused = run(ours, ids, mask).last_hidden_state
+    ours.to(torch.float64).to(torch.float32)  # new tensors: the layers are no longer views of the fused one
+    assert layer._fused_qkv() is None and layer._qkv is None
+    assert torch.allclose(run(ours, ids, mask).last_hidden_state, fused, atol=1e-6)
 
 
 def test_weights_from_pytorch_model_bin_and_tf_era_names_load_the_same(

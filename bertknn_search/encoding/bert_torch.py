@@ -109,11 +109,25 @@ class BertOutput:
     logits: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class Group:
+    """The sequences of one length in a packed batch: how many, their length, and where their tokens are
+    in the packed rows (a slice when they are adjacent, else an index of every token, sequence by
+    sequence)."""
+
+    rows: int
+    length: int
+    at: slice | torch.Tensor
+
+
 class Packing:
     """Where the tokens of a padded (B, L) batch sit in the (tokens, hidden) matrix the blocks run on.
 
-    On a CPU the real tokens alone, in row-major order; ``groups`` holds, per distinct sequence length, a
-    (rows, length) index of its sequences' tokens, so attention runs on each group as one unpadded batch.
+    On a CPU the real tokens alone, in row-major order; ``groups`` holds, per distinct sequence length,
+    where its sequences' tokens are, so attention runs on each group as one unpadded batch. In a batch
+    sorted by length (ingest sorts its batches) a group's tokens are one run of rows, read and written in
+    place rather than gathered and scattered back (with the output projection's inputs no longer copied
+    side by side, a BERT-base forward took 0.75x the CPU time at load 20-24: docs/performance.md).
     On a GPU (``padded``) every position, padding included, as transformers runs them: there the index
     work and a kernel launch per group cost more than the padding (a batch of 128 keys of BERT-base took
     1.7x transformers' time on an H200 packed, 11x with attention per group).
@@ -128,13 +142,21 @@ class Packing:
         return batch.reshape(-1, *batch.shape[2:]) if self.padded else batch[self.mask]
 
     @cached_property
-    def groups(self) -> list[torch.Tensor]:
+    def groups(self) -> list[Group]:
         lengths = self.mask.sum(1)
         starts = torch.cumsum(lengths, 0) - lengths
         out = []
         for length in torch.unique(lengths).tolist():
             rows = (lengths == length).nonzero().flatten()
-            out.append(starts[rows, None] + torch.arange(length, device=self.mask.device))
+            first, last = int(rows[0]), int(rows[-1])
+            if last - first + 1 == len(rows):
+                # Adjacent sequences (a batch sorted by length, as ingest makes them): their tokens are
+                # one run of the packed rows, read in place rather than gathered and scattered back.
+                begin = int(starts[first])
+                out.append(Group(len(rows), length, slice(begin, begin + len(rows) * length)))
+            else:
+                index = starts[rows, None] + torch.arange(length, device=self.mask.device)
+                out.append(Group(len(rows), length, index.flatten()))
         return out
 
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
@@ -146,19 +168,21 @@ class Packing:
         return out
 
 
-def blockwise(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, block: int | None) -> torch.Tensor:
-    """``fn`` (a token-wise function) over ``x``'s rows in blocks of exactly ``block`` rows (None: at once).
+def blockwise(fn: Callable[..., torch.Tensor], *xs: torch.Tensor, block: int | None) -> torch.Tensor:
+    """``fn`` (a token-wise function of ``xs``) over their rows in blocks of exactly ``block`` rows (None:
+    at once).
 
-    ``x`` is (..., features), its leading dimensions the rows. The last block is filled up with zero rows,
-    which cost a little work and change no other row.
+    Each of ``xs`` is (..., features), their leading dimensions the same rows. The last block is filled
+    up with zero rows, which cost a little work and change no other row.
     """
-    if block is None or x.numel() == 0:
-        return fn(x)
-    lead, rows = x.shape[:-1], x.reshape(-1, x.shape[-1])
-    n = rows.shape[0]
+    if block is None or xs[0].numel() == 0:
+        return fn(*xs)
+    lead = xs[0].shape[:-1]
+    flat = [x.reshape(-1, x.shape[-1]) for x in xs]
+    n = flat[0].shape[0]
     if n % block:
-        rows = torch.cat([rows, rows.new_zeros(block - n % block, rows.shape[1])])
-    out = torch.cat([fn(part) for part in rows.split(block)])[:n]
+        flat = [torch.cat([x, x.new_zeros(block - n % block, x.shape[1])]) for x in flat]
+    out = torch.cat([fn(*parts) for parts in zip(*(x.split(block) for x in flat))])[:n]
     return out.reshape(*lead, out.shape[-1])
 
 
@@ -202,15 +226,52 @@ class BertLayer(nn.Module):
     def forward(self, x: torch.Tensor, packing: Packing, block: int | None) -> torch.Tensor:
         h = x.shape[1]
         qkv, out = self.attention.self, self.attention.output
-        q, k, v = blockwise(lambda t: torch.cat([qkv.query(t), qkv.key(t), qkv.value(t)], 1), x, block).split(
-            h, 1
-        )
+        fused = self._fused_qkv()
+        if fused is not None:
+            q, k, v = blockwise(lambda t: F.linear(t, *fused), x, block=block).split(h, 1)
+        else:
+            q, k, v = blockwise(
+                lambda t: torch.cat([qkv.query(t), qkv.key(t), qkv.value(t)], 1), x, block=block
+            ).split(h, 1)
         context = self._attend(q, k, v, packing)
-        x = blockwise(
-            lambda t: out.LayerNorm(out.dense(t[:, :h]) + t[:, h:]), torch.cat([context, x], 1), block
-        )
+        x = blockwise(lambda c, t: out.LayerNorm(out.dense(c) + t), context, x, block=block)
         ffn, down = self.intermediate, self.output
-        return blockwise(lambda t: down.LayerNorm(down.dense(self.act(ffn.dense(t))) + t), x, block)
+        return blockwise(lambda t: down.LayerNorm(down.dense(self.act(ffn.dense(t))) + t), x, block=block)
+
+    def fuse_qkv(self) -> None:
+        """Hold the Q, K and V weights in one (3h, h) tensor, the three Linear layers' weights views of it,
+        so that one product makes all three (0.76x the three products and their concatenation, fp32,
+        BERT-base's shapes). The names and the state dict stay transformers'."""
+        qkv = self.attention.self
+        layers = (qkv.query, qkv.key, qkv.value)
+        weight = torch.cat([m.weight for m in layers])
+        bias = torch.cat([m.bias for m in layers])
+        h = qkv.query.out_features
+        for i, m in enumerate(layers):
+            m.weight = nn.Parameter(weight[i * h : (i + 1) * h], requires_grad=False)
+            m.bias = nn.Parameter(bias[i * h : (i + 1) * h], requires_grad=False)
+        self._qkv = (weight, bias)
+
+    def _fused_qkv(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The fused weights while the three layers are still the plain Linear views of them: after a
+        move (``.to``) or a quantization (int8) they are not, and the three products run apart."""
+        fused = getattr(self, "_qkv", None)
+        if fused is None:
+            return None
+        qkv = self.attention.self
+        layers = (qkv.query, qkv.key, qkv.value)
+        weight, bias = fused
+        step, bias_step = weight.numel() // 3 * weight.element_size(), bias.numel() // 3 * bias.element_size()
+        views = all(
+            type(m) is nn.Linear
+            and m.weight.data_ptr() == weight.data_ptr() + i * step
+            and m.bias.data_ptr() == bias.data_ptr() + i * bias_step
+            for i, m in enumerate(layers)
+        )
+        if not views:
+            self._qkv = None  # for good: the old tensors are freed
+            return None
+        return fused
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing) -> torch.Tensor:
         """Scaled dot-product attention of each sequence over its own tokens.
@@ -227,11 +288,11 @@ class BertLayer(nn.Module):
             att = F.scaled_dot_product_attention(q_, k_, v_, attn_mask=keep)
             return att.transpose(1, 2).reshape(n, h)
         out = q.new_empty(n, h)
-        for index in packing.groups:
-            rows, length = index.shape
-            q_, k_, v_ = (t[index].view(rows, length, *shape).transpose(1, 2) for t in (q, k, v))
+        for group in packing.groups:
+            rows, length = group.rows, group.length
+            q_, k_, v_ = (t[group.at].view(rows, length, *shape).transpose(1, 2) for t in (q, k, v))
             att = F.scaled_dot_product_attention(q_, k_, v_)
-            out[index.flatten()] = att.transpose(1, 2).reshape(rows * length, h)
+            out[group.at] = att.transpose(1, 2).reshape(rows * length, h)
         return out
 
 
@@ -282,7 +343,9 @@ class BertMlmHead(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         p = self.predictions
         return blockwise(
-            lambda t: p.decoder(p.transform.LayerNorm(self.act(p.transform.dense(t)))), hidden, self.row_block
+            lambda t: p.decoder(p.transform.LayerNorm(self.act(p.transform.dense(t)))),
+            hidden,
+            block=self.row_block,
         )
 
 
@@ -391,4 +454,6 @@ def load(
         if tie:  # one tensor, as in transformers, not a copy of the embeddings
             decoder.weight = model.bert.embeddings.word_embeddings.weight
     model.requires_grad_(False)
+    for layer in model.bert.encoder.layer:
+        layer.fuse_qkv()
     return model.eval(), missing_head
