@@ -155,6 +155,74 @@ def tables(args: argparse.Namespace) -> None:
                 f"{m} {c[m][1]:.1f}/{c[m][5]:.1f}/{c[m][10]:.1f}" for m in c if m not in ("n", "relations")
             )
             print(f"{name:24} {corpus:9} n={c['n']:4} rel={c['relations']:2}  {cols}")
+    if args.per_relation:
+        print(per_relation(found, args.per_relation))
+
+
+def per_relation(found: dict[str, Any], corpus: str) -> str:
+    """A Markdown row per relation of ``corpus``: each run's P@1 per model, with its facts scored."""
+    heads = [(run, m) for run, s in found.items() if corpus in s["relations"] for m in s["corpora"][corpus]]
+    heads = [(run, m) for run, m in heads if m not in ("n", "relations")]
+    names = sorted(
+        {r for s in found.values() for r in s["relations"].get(corpus, {})}, key=lambda r: int(r[1:])
+    )
+    lines = ["| relation | " + " | ".join(f"{run} {m} (n)" for run, m in heads) + " |"]
+    lines.append("| --- |" + " ---: |" * len(heads))
+    for rel in names:
+        cells = []
+        for run, m in heads:
+            row = found[run]["relations"][corpus].get(rel)
+            cells.append("–" if row is None else f"{row[m][1]:.1f} ({row['n']})")
+        lines.append(f"| {rel} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+PAPER_SETTING = {"n_articles": 3, "k": 128, "temperature": 6.0, "lam": 0.3}
+SWEEPS = {"lam": "λ", "k": "k", "temperature": "l", "n_articles": "N"}
+
+
+def _grid(path: Path) -> dict[tuple[Any, ...], float]:
+    found = json.loads(path.read_text(encoding="utf-8"))
+    return {tuple(g[n] for n in PAPER_SETTING): 100 * g["score"] for g in found["grid"]}
+
+
+def ablation(args: argparse.Namespace) -> None:
+    """One setting varied at a time around the paper's, macro over both halves' relations (each half
+    holds the same number of relations, so their mean is the macro over all); then the setting chosen
+    on one half, scored on the other (whole relations held out), against the paper's on that half."""
+    halves = [_grid(p) for p in args.grid]
+    paper = tuple(PAPER_SETTING.values())
+    out: dict[str, Any] = {"paper_setting": PAPER_SETTING, "sweeps": {}, "held_out": []}
+    for name, label in SWEEPS.items():
+        i = list(PAPER_SETTING).index(name)
+        values = sorted({key[i] for key in halves[0]})
+        row = {}
+        for v in values:
+            key = (*paper[:i], v, *paper[i + 1 :])
+            row[v] = statistics.mean(h[key] for h in halves)
+        out["sweeps"][name] = row
+        print(f"{label}: " + ", ".join(f"{v:g} {p:.1f}" for v, p in row.items()))
+    for j, chosen in enumerate(halves):
+        other = halves[1 - j]
+        best = max(chosen.values())
+        # Ties: the first in grid order, as eval grid picks.
+        pick = next(key for key, v in chosen.items() if v == best)
+        ties = sum(v == best for v in chosen.values())
+        row = {
+            "chosen_on": str(args.grid[j]),
+            "setting": dict(zip(PAPER_SETTING, pick)),
+            "ties": ties,
+            "chosen_score": best,
+            "held_out_score": other[pick],
+            "paper_setting_held_out": other[paper],
+        }
+        out["held_out"].append(row)
+        print(
+            f"chosen on half {j + 1} ({ties} ties at {best:.1f}): {row['setting']} -> held-out half"
+            f" {other[pick]:.1f} (paper's setting there {other[paper]:.1f})"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1), encoding="utf-8")
 
 
 def main() -> None:
@@ -179,8 +247,17 @@ def main() -> None:
     )
     p.add_argument("--models", default="bert,knn,bert_knn")
     p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--per-relation", metavar="CORPUS", help="also print P@1 per relation of CORPUS (Markdown)"
+    )
+    p = sub.add_parser("ablation")
+    p.add_argument(
+        "grid", nargs=2, type=Path, help="eval grid --json outputs of the two halves of the relations"
+    )
+    p.add_argument("--out", type=Path)
     args = parser.parse_args()
-    {"sample": sample, "distractors": distractors, "tables": tables}[args.command](args)
+    commands = {"sample": sample, "distractors": distractors, "tables": tables, "ablation": ablation}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":
