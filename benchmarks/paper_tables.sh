@@ -48,8 +48,8 @@ for step in "${steps[@]}"; do
       "${CV[@]}" --out "$R/bert-cased-cv-$BERT_N" --no-progress
     $B eval run --lama "$LAMA" --corpora T-REx --lama-uhn "$UHN" --per-relation "$BERT_N" --index "$W/idx-tiny-uncased" \
       --out "$R/bert-uncased-$BERT_N" --no-progress ;;
-  warm)  # encode every article the sample's questions search (N=5 covers the grid's N 1-5)
-    $B eval warm --lama "$S/lama" --corpora T-REx,SQuAD --lama-uhn "$S/lama-uhn" --index "$W/idx-l11" --n-articles 5 ;;
+  warm)  # encode every article the sample's questions search (N=3; the grid's N 4-5 encode the rest on use)
+    $B eval warm --lama "$S/lama" --corpora T-REx,SQuAD --lama-uhn "$S/lama-uhn" --index "$W/idx-l11" ;;
   paper)  # Table 2: the paper's settings (N=3, k=128, l=6, λ=0.3, layer 11), exact answers
     $B eval run --lama "$S/lama" --corpora T-REx,SQuAD --lama-uhn "$S/lama-uhn" --index "$W/idx-l11" --exact \
       --out "$R/l11-paper" --no-progress ;;
@@ -59,23 +59,29 @@ for step in "${steps[@]}"; do
       $B eval grid --lama "$S/lama" --corpora T-REx --relations "$rels" --index "$W/idx-l11" \
         --grid-temperature 5,6,7,8,9,10,11,12 --out "$R/grid-$half.settings.json" --json --no-progress > "$R/grid-$half.json"
     done ;;
-  noir)  # kNN over every context of the datastore (every article encoded by warm first)
-    $B eval warm --lama "$S/lama" --corpora T-REx,SQuAD --lama-uhn "$S/lama-uhn" --index "$W/idx-l11" --n-articles 1000
+  noir)  # kNN over every context of the datastore: every article encoded first (by title; warm did most)
+    $PY -c "import json,sys; [print(json.loads(l)['title']) for l in open(sys.argv[1])]" "$W/datastore$N.jsonl" > "$W/titles.txt"
+    $B warm --titles "$W/titles.txt" --index "$W/idx-l11"
     $B eval run --lama "$S/lama" --corpora T-REx,SQuAD --lama-uhn "$S/lama-uhn" --index "$W/idx-l11" --no-ir \
       --out "$R/l11-noir" --no-progress ;;
-  layers)  # another index per layer, on a subset of relations (each is a full re-encode)
+  layers)  # another index per layer on a subset of relations (each a full re-encode), N=1; layer 11 beside it
+    $PY benchmarks/paper_tables.py sample --lama "$LAMA" --lama-uhn "$UHN" --per-relation "$N" --evidences "$E" \
+      --relations "$LAYER_RELS" --out "$W/sample-layers"
+    $B eval corpus --lama "$W/sample-layers/lama" --out "$W/corpus-layers.jsonl"
+    cat "$W/corpus-layers.jsonl" "$W/distractors.jsonl" > "$W/datastore-layers.jsonl"
     for L in 10 12; do
-      $PY benchmarks/paper_tables.py sample --lama "$LAMA" --lama-uhn "$UHN" --per-relation "$N" --evidences "$E" \
-        --relations "$LAYER_RELS" --out "$W/sample-layers"
-      $B eval corpus --lama "$W/sample-layers/lama" --out "$W/corpus-layers.jsonl"
-      cat "$W/corpus-layers.jsonl" "$W/distractors.jsonl" > "$W/datastore-layers.jsonl"
       $B ingest wiki "$W/datastore-layers.jsonl" --model "$UNCASED" --layer "$L" --index "$W/idx-l$L" --no-progress
-      $B eval run --lama "$W/sample-layers/lama" --corpora T-REx --index "$W/idx-l$L" --exact --out "$R/l$L-paper" --no-progress
-    done ;;
+      $B eval run --lama "$W/sample-layers/lama" --corpora T-REx --index "$W/idx-l$L" --n-articles 1 --exact \
+        --out "$R/l$L-n1" --no-progress
+    done
+    $B eval run --lama "$W/sample-layers/lama" --corpora T-REx --index "$W/idx-l11" --n-articles 1 --exact \
+      --out "$R/l11-n1" --no-progress ;;
   tables)
     $PY benchmarks/paper_tables.py tables "bert-uncased-$BERT_N=$R/bert-uncased-$BERT_N" "bert-uncased-squad=$R/bert-uncased-squad" \
       "bert-cased-cv-$BERT_N=$R/bert-cased-cv-$BERT_N" "bert-cased-cv-squad=$R/bert-cased-cv-squad" \
-      "l11=$R/l11-paper" "l11-noir=$R/l11-noir" --out "$W/tables.json" ;;
+      "l11=$R/l11-paper" "l11-noir=$R/l11-noir" "l10-n1=$R/l10-n1" "l11-n1=$R/l11-n1" "l12-n1=$R/l12-n1" \
+      --out "$W/tables.json" --per-relation T-REx
+    $PY benchmarks/paper_tables.py ablation "$R/grid-a.json" "$R/grid-b.json" --out "$W/ablation.json" ;;
   *) echo "unknown step: $step" >&2; exit 2 ;;
   esac
 done
