@@ -17,7 +17,7 @@ W=${W:-/tmp/paper-tables}       # work folder: sample, corpora, indexes, runs
 N=${N:-4}                       # T-REx facts per relation for the datastore columns (the first N)
 E=${E:-2}                       # evidence sentences kept per fact
 BERT_N=${BERT_N:-100}           # facts per relation for the BERT-alone columns (no datastore needed)
-LAYER_RELS=${LAYER_RELS:-P19,P103,P106,P176,P364,P413,P1412}   # the layer ablation's subset
+LAYER_RELS=${LAYER_RELS:-P19,P103,P106,P176,P364,P413,P1412,P20,P39,P127,P140,P264,P463,P740}  # the layers subset
 S=$W/sample$N
 R=$W/runs
 mkdir -p "$W" "$R"
