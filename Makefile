@@ -9,15 +9,21 @@ BIN := $(VENV)/bin
 
 # torch goes in with pip, which honours a local wheel (pip's find-links) that uv does not look at; uv
 # then installs the rest in parallel (30 s here where pip took 3-5 min), pip when uv cannot.
+# Each step says what it installs and about how long it takes first: pip and uv are quiet (-q) meanwhile.
 $(VENV)/.installed: pyproject.toml
+	@echo "setup: creating $(VENV) and installing torch ($(TORCH): 1-5 min, a GB or more unless a CPU wheel is on disk), then"
+	@echo "       the package with its test extras (fastapi, tantivy, opensearch-py, ...: about 1 min); once only"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q uv "$(TORCH)"
+	@echo "setup: torch installed; now the package and its dependencies"
 	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[test]" || $(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
+	@echo "setup: done ($(VENV))"
 
 setup: $(VENV)/.installed
 
 demo: setup
+	@echo "demo: a tiny BERT and a corpus of invented facts, ingested into demo/index, then three questions"
 	$(BIN)/bertknn-search demo --dir demo
 
 lint: setup

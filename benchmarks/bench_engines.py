@@ -13,10 +13,12 @@ kept up until the end, so that each backend's numbers are taken with the same JV
    request bodies, the engine's own ``took`` for ``_bulk``, and the CPU seconds of the JVM against those
    of this process over the ingest (on a machine of 2 cores the JVM's CPU is taken from the encoder).
 2. **Warm questions**: cloze questions cut from the corpus's own sentences (a non-stopword masked in a
-   10-word window); half carry their article's title as subject (IR: that one article), half none (BM25
-   top 3). Each backend's ``Searcher.answer`` (rankings and evidence, the whole user-facing path) is
-   asked every question once to warm, then ``--rounds`` rounds, the backends taking turns question by
-   question so that load on a shared machine falls on all alike. p50/p95 per backend, the ratio of each
+   10-word window); half carry their article's title as subject (IR: that one article), a quarter a
+   subject that is no title (two other words of the sentence: IR is their BM25 top 3, and the answer
+   names the titles closest to them), a quarter none (BM25 top 3); times and requests also per kind.
+   Each backend's ``Searcher.answer`` (rankings and evidence, the whole user-facing path) is asked every
+   question once to warm, then ``--rounds`` rounds, the backends taking turns question by question so that
+   load on a shared machine falls on all alike. p50/p95 per backend, the ratio of each
    engine's p50 to embedded's, time inside the backend's methods and HTTP requests per question, and
    whether each engine's top BERT-kNN answer is embedded's. Repeated after a force merge on the engines.
 3. **Index size**: embedded, the index folder's bytes; engines, ``stats().bytes_on_disk`` (the
@@ -56,7 +58,7 @@ import numpy as np
 from bench_lazy import FRAGMENT, wikipedia_shaped
 from common import Progress, cache_dir, dir_bytes, environment, load_average, write_results
 from engines_meter import Meter, cpu_seconds, instrumented, warm_latency
-from engines_serve import serve_latency, serve_lines
+from engines_serve import kind_lines, serve_latency, serve_lines
 
 from bertknn_search.config import Config
 from bertknn_search.encoding.encoder import MASK
@@ -106,7 +108,10 @@ def model_for(name: str) -> tuple[Path, int]:
 
 # -- questions ---------------------------------------------------------------------------------------
 def make_questions(articles: list[Article], n: int, seed: int) -> list[Question]:
-    """``n`` cloze questions from the articles' own sentences; every other one has its title as subject."""
+    """``n`` cloze questions from the articles' own sentences: every other one has its title as subject;
+    of the rest, every other one has a subject that is no title (two other words of its sentence: BM25
+    for the subject, and the titles closest to it), the others none (free)."""
+    titles = {a.title.strip().lower() for a in articles}
     rng = np.random.default_rng(seed)
     out: list[Question] = []
     while len(out) < n:
@@ -124,8 +129,22 @@ def make_questions(articles: list[Article], n: int, seed: int) -> list[Question]
         window[at - lo] = MASK
         text = " ".join(window)
         subject = article.title if len(out) % 2 == 0 else None
+        if len(out) % 4 == 3:
+            others = [words[i] for i in choices if i != at]
+            if len(others) < 2 or " ".join(others[:2]) in titles:
+                continue
+            subject = " ".join(others[:2])
         out.append(Question(text[0].upper() + text[1:] + ".", subject))
     return out
+
+
+def question_kinds(questions: list[Question], articles: list[Article]) -> list[str]:
+    """Each question's kind: "title" (its subject is a title), "no title" (a subject that is not), "free"."""
+    titles = {a.title.strip().lower() for a in articles}
+    return [
+        "free" if not q.subject else "title" if q.subject.strip().lower() in titles else "no title"
+        for q in questions
+    ]
 
 
 # -- the engines -------------------------------------------------------------------------------------
@@ -339,6 +358,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model, layer = model_for(args.model)
     articles = wikipedia_shaped(args.source, args.articles, args.seed)
     questions = make_questions(articles, args.questions, args.seed) if articles else []
+    kinds = question_kinds(questions, articles)
     progress.done(
         "corpus",
         f"{len(articles)} articles, {np.mean([len(a.text.split()) for a in articles]):.0f} words each on"
@@ -402,14 +422,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if "inprocess" in modes:
                 for name in backends:
                     searchers[name] = Searcher.open(configs[name])
-                results["latency"] = warm_latency(searchers, questions, args.rounds)
+                results["latency"] = warm_latency(searchers, questions, args.rounds, kinds)
                 progress.done("warm questions", latency_line(results["latency"]))
                 for s in searchers.values():
                     s.close()
                 searchers.clear()
             if "serve" in modes:
                 results["serve"] = serve_latency(
-                    configs, questions, args.rounds, args.serve_port, args.serve_before
+                    configs, questions, args.rounds, args.serve_port, args.serve_before, kinds
                 )
                 progress.done("warm questions through serve", latency_line(results["serve"]["latency"]))
             if args.work is None:  # a force merge changes the indexes a later run would reuse
@@ -496,6 +516,7 @@ def report(r: dict[str, Any]) -> str:
                 f" {v['free']['p50_ms']:7.1f} {v['backend']['p50_ms']:7.1f} {v['requests_per_question']:5.1f}"
                 f" {v.get('p50_vs_embedded', 1.0):6.2f}x {v.get('top_answer_agrees_with_embedded', 1.0):6.0%}"
             )
+        lines += kind_lines(r[key], {})
     lines += ["", "index size (MB; engines: segments)"] if r.get("size") else []
     for name, s in r.get("size", {}).items():
         cells = [
@@ -521,6 +542,8 @@ def report(r: dict[str, Any]) -> str:
         if requests:
             most = requests["per_question_max"]
             said.append(f"requests a warm question {most} ({met(most, 2)})")
+            for kind, counted in requests.get("question_kinds", {}).items():
+                said.append(f"{kind}: {counted['per_question_max']} ({met(counted['per_question_max'], 2)})")
         lines.append(f"targets, {name}: " + "; ".join(said))
     return "\n".join(lines)
 

@@ -59,17 +59,27 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", help="fp32 (this CPU has no bf16 units), auto, ...")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--model",
+        choices=("bert-base-shapes", "minilm"),
+        default="bert-base-shapes",
+        help="bert-base-shapes (random weights, BERT-base's cost) or minilm (the real all-MiniLM-L6-v2,"
+        " layer 6: six layers of 384, about 9 times cheaper a context)",
+    )
     args = parser.parse_args()
 
-    model = base_model_dir(args.work, minilm_dir(args.work), args.seed)
+    minilm = minilm_dir(args.work)
+    model, layer = (
+        (minilm, 6) if args.model == "minilm" else (base_model_dir(args.work, minilm, args.seed), LAYER)
+    )
     articles = fragment_articles(FRAGMENT)
     by_title = {a.title: a for a in articles}
     longest = max(articles, key=lambda a: (len(a.text), a.id))
     subject_qs = [cloze(t, longest.title) for _, t in templates(RELATIONS, args.repeats)]
     free_qs = [cloze(t, title, subject=False) for t, title in FREE if title in by_title][: args.repeats]
-    base = Config(model=str(model), layer=LAYER, device="cpu", contexts="lazy", precision=args.precision)
-    encoder = Encoder(str(model), LAYER, "cpu", base.max_length, args.precision)
-    pristine = args.work / "base-lazy"
+    base = Config(model=str(model), layer=layer, device="cpu", contexts="lazy", precision=args.precision)
+    encoder = Encoder(str(model), layer, "cpu", base.max_length, args.precision)
+    pristine = args.work / f"{args.model}-lazy"
     text_pass(articles, base.replace(index=pristine), encoder)
     scratch = args.work / "scratch-first-answer"
     with cold_copy(pristine, scratch, base, encoder) as searcher:
@@ -91,7 +101,11 @@ def main() -> None:
 
     results: dict[str, Any] = {
         "environment": environment("cpu"),
-        "model": "random BertForMaskedLM of BERT-base shapes, MiniLM's (bert-base-uncased's) vocabulary",
+        "model": (
+            "the real all-MiniLM-L6-v2, layer 6"
+            if args.model == "minilm"
+            else "random BertForMaskedLM of BERT-base shapes, MiniLM's (bert-base-uncased's) vocabulary"
+        ),
         "precision": encoder.precision,
         "subject_article": longest.title,
         "old_default": f"budget={OLD_BUDGET} contexts",

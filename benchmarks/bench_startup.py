@@ -18,7 +18,9 @@ reaches all of them alike, and each figure is the median of ``--runs`` runs:
   transformers (SciPy's optimizers deferred as ``encoder`` does), then ``os._exit``: what any question
   that runs the model here pays before this project's own code;
 - ``warm_tiny_before`` (with ``--before TREE``): the warm question run by another checkout's code (e.g.
-  ``git archive`` of the previous commit), ``PYTHONPATH=TREE python -m bertknn_search``;
+  ``git worktree add`` or ``git archive`` of the previous commit), installed editable in a venv of its own
+  over this interpreter's packages (``install_tree``; its ``ingest/`` is ``bertknn_search.ingest`` only
+  so); the files each side imported and their commits are in the results (``code``) and the report;
 - ``lazy_ingest``: a lazy ingest of the enwiki fragment (``../shared/data``) with the tiny model into a
   new index: when its first output line reached stderr, and when it ended.
 
@@ -26,7 +28,12 @@ Targets (issue 41): warm_tiny <= 1.6x import_torch, warm_minilm <= 2x import_tor
 import_torch. Earlier ones (issue 35): server <= 0.3 s, no_mask <= 3x help, lazy_ingest first output <= 1 s
 and whole run <= 5 s.
 
+``serve`` listens on a port the system picks, or on the first free one of ``--ports FIRST-LAST``. The
+JSON is written after each round (``complete`` false until the last), so a stopped run keeps its rounds.
+
     python benchmarks/bench_startup.py --runs 5 --out benchmarks/results/startup-cpu.json
+    git worktree add /tmp/prev HEAD~1
+    python benchmarks/bench_startup.py --cases warm_tiny warm_tiny_before --before /tmp/prev --ports 8750-8759
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -94,6 +102,55 @@ def timed_run(
     if code not in ok:
         raise RuntimeError(f"{' '.join(argv)} exited {code}: {rest.decode(errors='replace')[-2000:]}")
     return first_s, total
+
+
+# Printed by each side's interpreter: the files of its ``bertknn_search`` and ``bertknn_search.ingest``.
+WHICH = "import bertknn_search, bertknn_search.ingest as i; print(bertknn_search.__file__); print(i.__file__)"
+
+
+def checkout(tree: Path) -> dict[str, Any]:
+    """``tree``'s commit and whether its tracked files differ from it (None outside a git checkout)."""
+
+    def git(*argv: str) -> str | None:
+        done = subprocess.run(["git", "-C", str(tree), *argv], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD") if git("rev-parse", "--show-toplevel") == str(tree.resolve()) else None
+    changed = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"tree": str(tree.resolve()), "commit": commit, "modified": bool(changed) if commit else None}
+
+
+def imported(python: Path | str, tree: Path, cwd: Path) -> dict[str, Any]:
+    """Which code ``python`` imports (files, commit), checked to be ``tree``'s own: a bench that compares
+    two checkouts must not time one checkout twice."""
+    done = subprocess.run([str(python), "-c", WHICH], capture_output=True, text=True, cwd=cwd, check=True)
+    files = done.stdout.split()
+    root = tree.resolve()
+    if not all(Path(f).resolve().is_relative_to(root) for f in files):
+        raise SystemExit(f"{python} imports {', '.join(files)}, not the code under {root}")
+    return {**checkout(tree), "python": str(python), "files": files}
+
+
+def install_tree(tree: Path, where: Path) -> Path:
+    """A venv at ``where`` with ``tree`` installed editable over this interpreter's packages: its CLI.
+
+    Only an install maps ``tree``'s own ``ingest/`` and ``eval/`` to ``bertknn_search.ingest`` and
+    ``.eval`` (pyproject's package-dir); ``PYTHONPATH=tree`` found its ``bertknn_search/`` but the
+    installed tree's ``ingest/``. No download: the venv reads this interpreter's package folders (as
+    /work/mkwt.sh's worktrees do), whose own editable finder it does not load (a path in a .pth file is
+    not a site folder: its .pth files are not run).
+    """
+    import venv
+
+    venv.create(where, with_pip=False, symlinks=True)
+    site = next(where.glob("lib/python*/site-packages"))
+    packages = [
+        p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()
+    ]
+    (site / "zz_packages.pth").write_text("".join(f"{p}\n" for p in packages), encoding="utf-8")
+    pip = [str(where / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "-e", str(tree.resolve())], check=True, cwd=where, capture_output=True)
+    return where / "bin" / "bertknn-search"
 
 
 def build_demo(where: Path, env: dict[str, str]) -> Path:
@@ -158,11 +215,40 @@ def ready_seconds(index: Path, env: dict[str, str], *flags: str) -> tuple[float,
     return ready, ready
 
 
+def port_range(text: str) -> tuple[int, int]:
+    """``--ports``: ``PORT`` or ``FIRST-LAST`` (0 for a port the system picks)."""
+    first, _, last = text.partition("-")
+    try:
+        low, high = int(first), int(last or first)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is no port or FIRST-LAST range") from None
+    if not (0 <= low <= high <= 65535) or (low == 0 and high != 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: ports are 1-65535 with FIRST <= LAST (or 0)")
+    return low, high
+
+
+PORTS = (0, 0)  # --ports: where ``serve`` may listen (set by ``main``)
+
+
+def free_port(ports: tuple[int, int]) -> int:
+    """The first port of ``ports`` that 127.0.0.1 can bind now (0: the system picks one at ``serve``)."""
+    if ports == (0, 0):
+        return 0
+    for port in range(ports[0], ports[1] + 1):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {ports[0]}-{ports[1]} for serve (--ports)")
+
+
 @contextlib.contextmanager
 def serving(index: Path, env: dict[str, str], *flags: str) -> Any:
-    """``serve`` over ``index`` on a free port, its model loaded; its URL."""
+    """``serve`` over ``index`` on a free port of ``--ports``, its model loaded; its URL."""
     proc = subprocess.Popen(
-        [*command(), "serve", "--index", str(index), "--port", "0", *flags],
+        [*command(), "serve", "--index", str(index), "--port", str(free_port(PORTS)), *flags],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -191,7 +277,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu": cpu_model(),
         "load_average_before": load_average(),
         "targets": TARGETS,
+        "complete": False,
     }
+    results["code"] = {"now": imported(sys.executable, ROOT, work)}
     try:
         demo = work / "demo"
         index = build_demo(demo, env)
@@ -220,10 +308,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         cases["transformers_floor"] = lambda: timed_run([sys.executable, "-c", floor], env)
         if args.before is not None:
-            before_env = {**env, "PYTHONPATH": str(args.before.resolve())}
-            before = [sys.executable, "-m", "bertknn_search", "query", "--index", str(index), *QUESTION]
-            # Run from that tree: ``python -m`` puts the working directory first on the path.
-            cases["warm_tiny_before"] = lambda: timed_run(before, before_env, cwd=args.before.resolve())
+            cli = install_tree(args.before, work / "before-venv")
+            results["code"]["before"] = imported(cli.with_name("python"), args.before, work)
+            write_results(args.out, results)
+            before = [str(cli), "query", "--index", str(index), *QUESTION]
+            # From a folder of neither tree: the working directory may come first on a path.
+            cases["warm_tiny_before"] = lambda: timed_run(before, env, cwd=work)
         if minilm is not None:
             cases["warm_minilm"] = lambda: timed_run(
                 [*command(), "query", "--index", str(minilm), *QUESTION], env
@@ -264,8 +354,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for name, case in cases.items():
                     seconds[name].append(case())
                 print(f"round {turn + 1}/{args.runs} done, load {load_average()}", file=sys.stderr)
+                # A round can take minutes on a busy machine: what was measured is kept if the run stops.
+                results["rounds_done"] = turn + 1
+                write_results(args.out, summarise(results, seconds))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    results["complete"] = True
+    return summarise(results, seconds)
+
+
+def summarise(results: dict[str, Any], seconds: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+    """``results`` with the medians and ratios of the runs so far."""
+    seconds = {name: runs for name, runs in seconds.items() if runs}
     medians = {name: round(statistics.median(t for _, t in runs), 3) for name, runs in seconds.items()}
     results["median_s"] = medians
     results["all_s"] = {name: [round(t, 3) for _, t in runs] for name, runs in seconds.items()}
@@ -292,12 +392,15 @@ def report(results: dict[str, Any]) -> str:
     lines.append(f"CPU {results['cpu']}; each figure over import torch ({m['import_torch']} s)")
     for name, target in (("warm_tiny", 1.6), ("warm_minilm", 2.0), ("serve_ready", 2.0)):
         if f"{name}_over_import_torch" in r:
-            lines.append(
-                f"{name}: {r[f'{name}_over_import_torch']}x (target <= {target}x);"
-                f" with --runtime transformers {r.get(f'{name}_transformers_over_import_torch')}x"
-            )
+            other = r.get(f"{name}_transformers_over_import_torch")
+            said = f"; with --runtime transformers {other}x" if other is not None else ""
+            lines.append(f"{name}: {r[f'{name}_over_import_torch']}x (target <= {target}x){said}")
     if "warm_tiny_before_over_import_torch" in r:
         lines.append(f"  before (--before): {r['warm_tiny_before_over_import_torch']}x")
+    for side, code in results.get("code", {}).items():
+        commit = code["commit"] or "no git checkout"
+        modified = " (modified)" if code["modified"] else ""
+        lines.append(f"  {side}: {commit}{modified}, imported {', '.join(code['files'])}")
     if "transformers_floor_over_import_torch" in r:
         floor = r["transformers_floor_over_import_torch"]
         lines.append(f"  transformers' own floor (torch + tokenizer + weights): {floor}x")
@@ -326,10 +429,20 @@ def main() -> None:
         "--cases", nargs="+", default=None, help="only these cases (import_torch always runs; default: all)"
     )
     parser.add_argument("--before", type=Path, default=None, help="another checkout: its warm question too")
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument(
+        "--ports",
+        type=port_range,
+        default=(0, 0),
+        help="PORT or FIRST-LAST: where each serve listens, the first free one (default: the system picks)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here (each round)")
     args = parser.parse_args()
     if args.runs < 5:
         parser.error("--runs must be at least 5 (medians)")
+    if args.before is not None and not (args.before / "pyproject.toml").is_file():
+        parser.error(f"--before {args.before}: no checkout there (no pyproject.toml)")
+    global PORTS
+    PORTS = args.ports
     results = run(args)
     print(report(results))
     write_results(args.out, results)

@@ -12,7 +12,7 @@ import gzip
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,8 +186,33 @@ class QueryClock:
         return out
 
 
-def warm_latency(searchers: dict[str, Searcher], questions: list[Question], rounds: int) -> dict[str, Any]:
-    """Each searcher answers every question once (warm-up), then ``rounds`` rounds, taking turns."""
+def kinds_of(questions: Sequence[Question], kinds: Sequence[str] | None) -> list[str]:
+    """Each question's kind for the per-kind figures: ``kinds`` as given, else "subject" or "free"."""
+    return list(kinds) if kinds is not None else ["subject" if q.subject else "free" for q in questions]
+
+
+def by_kind(kinds: Sequence[str], seconds: Sequence[float], requests: Sequence[int]) -> dict[str, Any]:
+    """Percentiles of ``seconds`` and the mean and most of ``requests`` (if counted) per question kind."""
+    out: dict[str, Any] = {}
+    for kind in dict.fromkeys(kinds):
+        at = [i for i, k in enumerate(kinds) if k == kind]
+        row = percentiles([seconds[i] for i in at])
+        if requests:
+            counts = [requests[i] for i in at]
+            row |= {"requests_per_question": float(np.mean(counts)), "requests_max": int(max(counts))}
+        out[kind] = row
+    return out
+
+
+def warm_latency(
+    searchers: dict[str, Searcher], questions: list[Question], rounds: int, kinds: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Each searcher answers every question once (warm-up), then ``rounds`` rounds, taking turns.
+
+    ``kinds``: each question's kind (e.g. a subject that is a title, one that is not, free), for
+    figures per kind ("question_kinds"); "subject" and "free" are there either way.
+    """
+    kind = kinds_of(questions, kinds)
     clocks = {name: QueryClock(s) for name, s in searchers.items()}
     tops: dict[str, list[str]] = {name: [] for name in searchers}
     for q in questions:
@@ -198,8 +223,10 @@ def warm_latency(searchers: dict[str, Searcher], questions: list[Question], roun
     times: dict[str, dict[str, list[float]]] = {
         name: {"total": [], "backend": [], "requests": [], "subject": [], "free": []} for name in searchers
     }
+    asked: list[str] = []
     for _ in range(rounds):
-        for q in questions:
+        for q, k in zip(questions, kind):
+            asked.append(k)
             for name, searcher in searchers.items():
                 started = time.perf_counter()
                 searcher.answer(q)
@@ -220,6 +247,7 @@ def warm_latency(searchers: dict[str, Searcher], questions: list[Question], roun
             "backend": percentiles(t["backend"]),
             "requests_per_question": float(np.mean(t["requests"])) if t["requests"] else 0.0,
             "answers": len(t["total"]),
+            "question_kinds": by_kind(asked, t["total"], t["requests"]),
         }
         if base and name != base:
             row["top_answer_agrees_with_embedded"] = float(
@@ -231,4 +259,6 @@ def warm_latency(searchers: dict[str, Searcher], questions: list[Question], roun
             if name != base:
                 out[name]["p50_vs_embedded"] = out[name]["p50_ms"] / out[base]["p50_ms"]
                 out[name]["p95_vs_embedded"] = out[name]["p95_ms"] / out[base]["p95_ms"]
+                for k, row in out[name]["question_kinds"].items():
+                    row["p50_vs_embedded"] = row["p50_ms"] / out[base]["question_kinds"][k]["p50_ms"]
     return out

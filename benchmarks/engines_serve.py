@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from common import load_average, percentiles, start_serve
+from engines_meter import by_kind, kinds_of
 
 from bertknn_search.config import Config
 from bertknn_search.records import Question
@@ -188,12 +189,20 @@ def top_words(answer: dict[str, Any]) -> list[str]:
 
 
 def serve_latency(
-    configs: dict[str, Config], questions: list[Question], rounds: int, port: int | None, before: bool = False
+    configs: dict[str, Config],
+    questions: list[Question],
+    rounds: int,
+    port: int | None,
+    before: bool = False,
+    kinds: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Warm questions through one ``serve`` per backend, the servers in turn; then engine requests counted
-    through a second server per engine behind a ``CountingProxy``. Ports from ``port`` on (servers, then
-    counted servers, then proxies), else free ones. ``before``: each engine's server is also timed with
-    its IR search and encoder pass in turn (``SEQUENTIAL``), named "<engine>, IR in turn"."""
+        through a second server per engine behind a ``CountingProxy``. Ports from ``port`` on (servers, then
+        counted servers, then proxies), else free ones. ``before``: each engine's server is also timed with
+        its IR search and encoder pass in turn (``SEQUENTIAL``), named "<engine>, IR in turn". ``kinds``: each
+    question's kind, for times and requests per kind (``engines_meter.by_kind``)."""
+    kind = kinds_of(questions, kinds)
+    asked: list[str] = []
     ports = iter(range(port, port + 10)) if port else None
 
     def next_port() -> int:
@@ -219,7 +228,8 @@ def serve_latency(
         }
         turn = 0
         for _ in range(rounds):
-            for q in questions:
+            for q, k in zip(questions, kind):
+                asked.append(k)
                 order = names[turn % len(names) :] + names[: turn % len(names)]
                 turn += 1
                 for name in order:
@@ -239,6 +249,7 @@ def serve_latency(
             "subject": percentiles(t["subject"]),
             "free": percentiles(t["free"]),
             "answers": len(t["total"]),
+            "question_kinds": by_kind(asked, t["total"], []),
         }
     base = "embedded" if "embedded" in latency else None
     if base:
@@ -251,15 +262,21 @@ def serve_latency(
             pairs = list(zip(tops[name], tops[base]))
             row["top_answer_agrees_with_embedded"] = float(np.mean([a[:1] == b[:1] for a, b in pairs]))
             row["top10_agrees_with_embedded"] = float(np.mean([a == b for a, b in pairs]))
+            for k, by in row["question_kinds"].items():
+                by["p50_vs_embedded"] = by["p50_ms"] / latency[base]["question_kinds"][k]["p50_ms"]
     out["latency"] = latency
     engines = {n: c for n, c in configs.items() if n != "embedded"}
-    out["requests"] = count_requests(engines, questions, tops, next_port)
+    out["requests"] = count_requests(engines, questions, tops, next_port, kind)
     out["load_after"] = load_average()
     return out
 
 
 def count_requests(
-    configs: dict[str, Config], questions: list[Question], tops: dict[str, list[list[str]]], next_port: Any
+    configs: dict[str, Config],
+    questions: list[Question],
+    tops: dict[str, list[list[str]]],
+    next_port: Any,
+    question_kinds: Sequence[str],
 ) -> dict[str, Any]:
     """Per engine: the requests a warm question sends to the node, counted by a proxy in front of it, and
     whether the counted server's answers are the timed one's."""
@@ -299,6 +316,11 @@ def count_requests(
             "questions": len(questions),
             "kinds": dict(kinds.most_common()),
             "answers_equal_timed_server": float(np.mean(same)),
+            "question_kinds": {
+                kind: {"per_question_mean": float(np.mean(n)), "per_question_max": int(max(n))}
+                for kind in dict.fromkeys(question_kinds)
+                if (n := [c for c, k in zip(counts, question_kinds) if k == kind])
+            },
         }
     return out
 
@@ -322,4 +344,20 @@ def serve_lines(serve: dict[str, Any]) -> list[str]:
         )
     for name, req in serve["requests"].items():
         lines.append(f"  {name} requests by kind over {req['questions']} warm questions: {req['kinds']}")
+    lines += kind_lines(serve["latency"], serve["requests"])
+    return lines
+
+
+def kind_lines(latency: dict[str, Any], requests: dict[str, Any]) -> list[str]:
+    """Per question kind and backend: p50 ms, its ratio to embedded's and the engine requests (mean, most)."""
+    lines = ["  by question kind: p50 ms (vs embedded) [requests a question, most]"]
+    for name, v in latency.items():
+        cells = []
+        for kind, row in v.get("question_kinds", {}).items():
+            req = requests.get(name, {}).get("question_kinds", {}).get(kind) or row
+            count = req.get("per_question_mean", req.get("requests_per_question"))
+            most = req.get("per_question_max", req.get("requests_max"))
+            said = f" [{count:.2f}, {most}]" if count is not None else ""
+            cells.append(f"{kind} {row['p50_ms']:.1f} ({row.get('p50_vs_embedded', 1.0):.2f}x){said}")
+        lines.append(f"    {name:<13} " + "; ".join(cells))
     return lines

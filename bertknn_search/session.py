@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import Config, env_settings, flag_name, read_settings_file
-from bertknn_search.errors import IndexMismatchError, IndexNotFoundError
+from bertknn_search.errors import ConfigError, IndexMismatchError, IndexNotFoundError
 from bertknn_search.records import IndexStats
 
 # What an index fixes once it is built; later commands take these from it.
@@ -73,11 +73,63 @@ def resolve_config(
             values[name], origins[name] = value, flag_name(name)
     if "model" in values and Path(values["model"]).exists():
         values["model"] = str(Path(values["model"]).resolve())
+    _check_index_flag(values, origins)
     if threshold is None:
         return Resolved(Config(**values), origins)
     # --gate-threshold supplies the thresholds the gate is checked for, so the gate goes on after it.
     gate = values.pop("gate", "none")
     return Resolved(Config(**values).with_gate_threshold(gate, threshold), origins)
+
+
+def _check_index_flag(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+    """``--index`` names an embedded index's folder: with an engine backend it would be ignored in silence.
+
+    Raises:
+        ConfigError: ``--index`` was given with ``--backend opensearch`` or ``elasticsearch``.
+    """
+    backend = values.get("backend", "embedded")
+    if origins.get("index") == "--index" and backend in ("opensearch", "elasticsearch"):
+        prefix = values.get("opensearch_prefix") or Config().opensearch_prefix
+        given = origins.get("backend", "")
+        undo = f"drop {given}" if given.startswith("-") else f"unset {given}"
+        raise ConfigError(
+            f"--index names an embedded index's folder, but the backend is {backend} (from {given}), whose"
+            f" index is named by --index-prefix (now {prefix!r}): drop --index, or {undo} to use the folder"
+        )
+
+
+def engine_hint(error: IndexNotFoundError, resolved: Resolved) -> IndexNotFoundError:
+    """A missing embedded index while an engine's URL is set (as the README exports it) most likely means
+    the engine's index was meant: the line says how to reach it rather than only how to build a second."""
+    if type(error) is not IndexNotFoundError or resolved.config.backend != "embedded":
+        return error
+    if resolved.given("backend"):
+        return error
+    for engine in ("opensearch", "elasticsearch"):
+        origin = resolved.origins.get(f"{engine}_url")
+        if origin is not None:
+            return IndexNotFoundError(
+                f"{error}; {origin} is set: for the index on {engine}, add --backend {engine} (or export"
+                f" BERTKNN_BACKEND={engine})"
+            )
+    return error
+
+
+def new_index_note(resolved: Resolved) -> str | None:
+    """The line for ``ingest wiki`` about to make a new embedded index while an engine's URL is set and no
+    backend was asked for: most likely the engine was meant (the README exports its URL)."""
+    from bertknn_search.backends.embedded.sqlite_file import DB_NAME
+
+    if resolved.config.backend != "embedded" or resolved.given("backend"):
+        return None
+    for engine in ("opensearch", "elasticsearch"):
+        origin = resolved.origins.get(f"{engine}_url")
+        if origin is not None and not (resolved.config.index / DB_NAME).exists():
+            return (
+                f"building an embedded index at {resolved.config.index} (the default backend); {origin} is"
+                f" set: --backend {engine} builds it on {engine} instead"
+            )
+    return None
 
 
 def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
@@ -98,9 +150,9 @@ def adopt_index(resolved: Resolved, must_exist: bool = True) -> Resolved:
     config = resolved.config
     try:
         backend = open_backend(config)
-    except IndexNotFoundError:
+    except IndexNotFoundError as exc:
         if must_exist:
-            raise
+            raise engine_hint(exc, resolved) from exc
         return resolved
     try:
         meta, where = backend.meta(), backend.location

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from bertknn_search import progress_lines
 from bertknn_search.query.search import Searcher
 from bertknn_search.records import Question
 
@@ -56,7 +57,12 @@ def warm(searcher: Searcher, article_ids: Sequence[str], progress: bool = True) 
     ids = list(dict.fromkeys(article_ids))
     before = searcher.backend.stats()
     contexts = 0
-    bar_args = {"unit": " articles", "bar_format": WARM_BAR, "dynamic_ncols": True}
+    bar_args = {
+        "unit": " articles",
+        "bar_format": WARM_BAR,
+        "dynamic_ncols": True,
+        "file": progress_lines.stream(),
+    }
     with tqdm(total=len(ids), desc="warm", disable=not progress, **bar_args) as bar:
         for lo in range(0, len(ids), WARM_CHUNK):
             chunk = ids[lo : lo + WARM_CHUNK]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
+from bertknn_search import progress_lines
 from bertknn_search.config import Config
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.cloze_targets import KINDS, Sample, Target, article_sentences, draw_targets
@@ -243,14 +244,18 @@ def cloze(
         )
     # A page ingest skipped (no text) is not asked about; the count says how many there were.
     present = [(aid, title) for aid, title in articles if aid in held]
-    with tqdm(total=len(present), disable=not progress, desc="draw", unit=" articles") as bar:
+    with tqdm(
+        total=len(present), disable=not progress, desc="draw", unit=" articles", file=progress_lines.stream()
+    ) as bar:
         sample = draw_targets(searcher, present, per_kind, seed, per_article, lambda n: bar.update(1))
     models = available_models(searcher)
     size = batch_size or config.batch_for(searcher.encoder.placement.device.type)
     results: list[TargetResult] = []
     missed = 0
     stored = Stored(searcher)
-    with tqdm(total=len(sample.targets), disable=not progress, desc="cloze") as bar:
+    with tqdm(
+        total=len(sample.targets), disable=not progress, desc="cloze", file=progress_lines.stream()
+    ) as bar:
         for lo in range(0, len(sample.targets), size):
             batch = sample.targets[lo : lo + size]
             done, lost = score_targets(searcher, batch, config, stored)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from bertknn_search import progress_lines
 from bertknn_search.config import Config, settings_file_values
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.datasets import Fact
@@ -102,7 +103,7 @@ def grid_search(
     bert_hits = np.zeros(len(ready), dtype=bool)
     signals: dict[str, list[float | None]] = {signal: [] for signal in SIGNALS}
     size, j = batch_size or config.batch_for(searcher.encoder.placement.device.type), 0
-    with tqdm(total=len(ready), disable=not progress, desc="grid") as bar:
+    with tqdm(total=len(ready), disable=not progress, desc="grid", file=progress_lines.stream()) as bar:
         for batch in batches(ready, size):
             questions = [p.question for p in batch]
             states, p_bert = searcher.encode(questions)

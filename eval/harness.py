@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from bertknn_search import progress_lines
 from bertknn_search.config import Config, flag_name
 from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
 from bertknn_search.eval.calibration import from_lines, reliability, summary
@@ -197,7 +198,7 @@ def evaluate(
     path = out_dir / CHECKPOINT
     with (
         path.open("a", encoding="utf-8") as out,
-        tqdm(total=len(todo), disable=not progress, desc="eval") as bar,
+        tqdm(total=len(todo), disable=not progress, desc="eval", file=progress_lines.stream()) as bar,
     ):
         # Skipped facts cost nothing to redo; they are written once so that the checkpoint lists every fact.
         lines = [_line(fact, {}, reason) for fact, reason in skipped if fact.key not in done]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from bertknn_search import interrupts
 from bertknn_search.backends import open_backend
 from bertknn_search.backends.base import Backend, check_meta
 from bertknn_search.config import Config
@@ -27,7 +28,7 @@ from bertknn_search.errors import (
     StoreWriteError,
     Terminated,
 )
-from bertknn_search.ingest import record_limits
+from bertknn_search.ingest import input_stamp, record_limits
 from bertknn_search.ingest.contexts import MaskedRow, build_blocks, encode_rows, make_rows
 from bertknn_search.ingest.prepare import (
     PreparedArticle,
@@ -137,7 +138,14 @@ def ingest(
         IndexMismatchError, BackendError (a failed write says how many articles it kept).
     """
     started = time.perf_counter()
-    skipped, unparsed, refused = SkipCount(), SkipCount(), SkipCount()
+    asked, stamped = config, isinstance(source, Path) and not existing_only and limit is None
+    before = input_stamp.stored_now(config) if isinstance(source, Path) and not existing_only else None
+    replay = input_stamp.unchanged(source, config, fmt, before[0]) if stamped and before else None
+    if replay is not None and before is not None:
+        return _unchanged(source, replay, before[1], config.contexts, started, progress)
+    input_stamp.forget(config)  # written again only by a run that reads its input to the end
+    said: list[str] = []
+    skipped, unparsed, refused = SkipCount(said), SkipCount(said), SkipCount(said)
     where = str(source) if isinstance(source, Path) else "the articles given"
 
     def unstorable(article: Article, why: str) -> None:
@@ -167,6 +175,10 @@ def ingest(
     # The bar first, before anything slow (torch and transformers import for seconds, a first chunk is
     # read and prepared): the run is seen to start at once.
     bar = Progress("add" if existing_only else "ingest", total, "", progress, meter, lazy, started)
+    if before is not None and before[0] and progress:
+        bar.write(
+            f"resuming: {before[0]:,} articles already stored in {before[1]}; unchanged ones are skipped"
+        )
     first_chunk: Future[list[PreparedArticle] | None] | None = None
     try:
         precision = config.precision
@@ -203,7 +215,7 @@ def ingest(
             first_chunk = _ahead(chunks)
         # The first chunk is read and prepared before a new index is created: input that fails at
         # once leaves no index behind.
-        first = first_chunk.result()
+        first = interrupts.result(first_chunk)
         if backend is None:
             backend = open_backend(config, create=meta)
             check_splitter(backend.meta().splitter, backend.location)
@@ -239,7 +251,7 @@ def ingest(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer,
         ):
             ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed, unstorable)
-            while (prepared := ahead.result()) is not None:
+            while (prepared := interrupts.result(ahead)) is not None:
                 ahead = preparer.submit(_prepare, rest, backend, encoder, config, seen, unparsed, unstorable)
                 counts["already_stored"] += prepared.reused
                 counts["empty"] += prepared.empty
@@ -273,16 +285,42 @@ def ingest(
         raise
     bar.close()
     pool.close()
+    skips = {"too_large": skipped.count, "unparsed": unparsed.count, "unstorable": refused.count}
+    if stamped and input_stamp.place(asked) is not None:
+        kept = {"empty": counts["empty"], "duplicates": counts["duplicates"], **skips}
+        input_stamp.record(source, asked, fmt, backend.stats().articles, kept, said)  # type: ignore[arg-type]
     backend.close()
     seconds = time.perf_counter() - started
     return IngestSummary(
-        **counts,
+        **counts, seconds=seconds, location=backend.location, contexts_mode=config.contexts, **skips
+    )
+
+
+def _unchanged(
+    source: Path, replay: input_stamp.Replay, location: str, mode: str, started: float, say: bool
+) -> IngestSummary:
+    """The summary of a run whose input is unchanged since a complete run read it: what that run said
+    about the input, said again, and its counts; nothing is read. ``say``: why, in a line (not for
+    --json or --no-progress, whose stderr holds only warnings)."""
+    for line in replay.lines:
+        warn(line)
+    if say:
+        print(
+            f"{source} is unchanged since this index was built from it in full (same size, modification"
+            " time and settings): nothing to read (touch it to read it again)",
+            file=sys.stderr,
+        )
+    seconds = time.perf_counter() - started
+    counts = {"empty": 0, **replay.counts}
+    return IngestSummary(
+        0,
+        replay.articles,
+        sentences=0,
+        contexts=0,
         seconds=seconds,
-        location=backend.location,
-        too_large=skipped.count,
-        unparsed=unparsed.count,
-        unstorable=refused.count,
-        contexts_mode=config.contexts,
+        location=location,
+        contexts_mode=mode,
+        **counts,
     )
 
 
@@ -290,11 +328,14 @@ class SkipCount:
     """Counts the articles a reader said a line about (skipped for their size, or their markup stripped by
     the fallback), each line said on stderr as it comes."""
 
-    def __init__(self) -> None:
+    def __init__(self, said: list[str] | None = None) -> None:
         self.count = 0
+        self._said = said  # every line said, in order (a complete run's stamp keeps them)
 
     def __call__(self, message: str) -> None:
         self.count += 1
+        if self._said is not None:
+            self._said.append(message)
         with tqdm.external_write_mode(file=sys.stderr):  # a progress bar is cleared, and drawn again after
             warn(message)
 
@@ -320,7 +361,7 @@ class _Writes:
     def settle(self, write: Future[None]) -> None:
         """Wait for one write; a failed one is reported with what the run has kept."""
         try:
-            write.result()
+            interrupts.result(write)
         except StoreWriteError as exc:
             kept = (
                 f"the {self.committed:,} articles written before it are kept and the rest is not:"
@@ -448,6 +489,7 @@ def _prepare(
         if p.note is not None:
             unparsed(p.note)
     latest = {p.article.id: p for p in chunk}  # an id seen twice in one chunk: the later text wins
+    again_in_chunk = len(chunk) - len(latest)  # counted before any is skipped: a skip is no duplicate
     # Skipped on every backend alike, so that no index holds an article another could not.
     refused = {aid: why for aid, p in latest.items() if (why := record_limits.unstorable(p.article))}
     for aid, why in refused.items():
@@ -471,7 +513,7 @@ def _prepare(
         reused=len(with_text) - len(todo),
         empty=len(latest) - len(with_text),
         replaced=sum(p.article.id in stored or p.article.id in earlier for p in todo),
-        duplicates=len(chunk) - len(latest) + len(earlier),
+        duplicates=again_in_chunk + len(earlier),
     )
 
 

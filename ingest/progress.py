@@ -7,6 +7,7 @@ import time
 
 from tqdm import tqdm
 
+from bertknn_search import progress_lines
 from bertknn_search.ingest.readers import InputMeter
 
 _KNOWN = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} articles [{elapsed}<{remaining}{postfix}]"
@@ -48,7 +49,7 @@ class Progress:
             total=total or (self._meter.total if self._meter else None),
             disable=not enabled,
             dynamic_ncols=True,
-            file=sys.stderr,
+            file=progress_lines.stream(),
             bar_format=_KNOWN if total else (_BYTES if self._meter else _UNKNOWN),
             unit_scale=self._meter is not None,
         )

@@ -40,8 +40,8 @@ def unstorable(article: Article) -> str | None:
 
 
 def warning(where: str, article: Article, why: str) -> str:
-    """The one line said about a skipped article (its id and title cut short)."""
-    return f"warning: {where}: article {_short(article.id)!r} ({_short(article.title)!r}): {why}: skipped"
+    """The one line said about a skipped article (its id and title cut short; ``warn`` adds "warning: ")."""
+    return f"{where}: article {_short(article.id)!r} ({_short(article.title)!r}): {why}: skipped"
 
 
 def _short(text: str) -> str:

@@ -2,7 +2,8 @@
 ``<cache>/<engine>-<version>/lib`` and ``javac`` compiles the launcher into ``classes``.
 
 The jars and the launcher have stamps of their own (the pom, the launcher's source): a new launcher is
-compiled again in seconds, without fetching anything. Nothing here imports the rest of the package.
+compiled again in seconds, without fetching anything. Maven runs through ``bertknn_search.maven`` (as for
+``model get``); nothing else of the package is imported here.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
+
+from bertknn_search import maven
+from bertknn_search.maven import maven_repository
 
 HERE = files("bertknn_search.nodes")
 LOG4J = """status = error
@@ -29,10 +31,6 @@ appender.console.layout.pattern = [%d{ISO8601}][%-5p][%c{1}] %m%n
 rootLogger.level = warn
 rootLogger.appenderRef.console.ref = console
 """
-FETCH_EVERY_S = 10.0  # without a terminal, how often a fetch says how far it is
-# Maven's "Downloaded from central: URL (1.2 MB at 3.4 MB/s)"
-DOWNLOADED = re.compile(r"^Downloaded from .*\((\d+(?:\.\d+)?) (B|kB|KB|MB|GB) at ")
-UNIT = {"B": 1, "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3}
 Say = Callable[[str], None]
 
 
@@ -105,17 +103,11 @@ def cache_root() -> Path:
     return Path(base) / "bertknn-search" / "engines"
 
 
-def maven_repository() -> Path:
-    """Maven's own copy of what it fetched, under the HOME this user has ($HOME, not the account's
-    home that Maven would read from the password database)."""
-    return Path.home() / ".m2" / "repository"
-
-
 def _jar_sources(spec: Engine) -> dict[str, bytes]:
     folder = HERE.joinpath(spec.name)
     return {
         "pom.xml": folder.joinpath("pom.xml").read_bytes(),
-        "maven-settings.xml": HERE.joinpath("maven-settings.xml").read_bytes(),
+        "maven-settings.xml": maven.settings(),
     }
 
 
@@ -232,71 +224,33 @@ def _read(path: Path) -> str | None:
 
 def _fetch(spec: Engine, home: Path, stamp: str, say: Say, progress: bool) -> None:
     """The jars into ``home/lib`` (replacing any), fetched by Maven into a scratch folder first."""
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise EngineError(
-            "Maven ('mvn') is needed once to fetch the engine's jars from Maven Central;"
-            " install it (e.g. 'apt-get install maven') and run the command again"
-        )
+    what = f"the {spec.title} jars"
+    try:
+        maven.find_mvn("the engine's jars")
+    except maven.MavenError as exc:
+        raise EngineError(str(exc)) from None
     work = home.with_name(home.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     (work / "src").mkdir(parents=True)
-    for name, data in _jar_sources(spec).items():
-        (work / "src" / name).write_bytes(data)
+    (work / "src" / "pom.xml").write_bytes(_jar_sources(spec)["pom.xml"])
     say(
         f"fetching {spec.title} {spec.version} jars with Maven into {home} (about {spec.jar_mb} MB, once;"
         f" Maven keeps its own copy in {maven_repository()})"
     )
-    _maven(mvn, work, spec, say, progress)
+    args = [
+        "-f", str(work / "src" / "pom.xml"), "generate-resources", f"-Dengine.lib={work / 'lib'}",
+        f"-Dproject.build.directory={work / 'target'}",
+    ]  # fmt: skip
+    try:
+        maven.run(args, work / "src", what, say, progress)
+    except maven.MavenError as exc:
+        raise EngineError(str(exc)) from None
     home.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(home / "lib", ignore_errors=True)
     (work / "lib").rename(home / "lib")
     (home / "classes.ready").unlink(missing_ok=True)  # compiled against the jars that were there
     (home / "lib.ready").write_text(stamp)
     shutil.rmtree(work, ignore_errors=True)
-
-
-def _maven(mvn: str, work: Path, spec: Engine, say: Say, progress: bool) -> None:
-    command = [
-        mvn, "-B", "-s", str(work / "src" / "maven-settings.xml"), "-f", str(work / "src" / "pom.xml"),
-        "generate-resources", f"-Dengine.lib={work / 'lib'}",
-        f"-Dproject.build.directory={work / 'target'}", f"-Dmaven.repo.local={maven_repository()}",
-    ]  # fmt: skip
-    bar = None
-    if progress and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(desc="fetched", unit="B", unit_scale=True, file=sys.stderr)
-    lines: list[str] = []
-    count, size = 0, 0.0
-    started = last = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        match = DOWNLOADED.match(line)
-        if match is None:
-            continue
-        got = float(match.group(1)) * UNIT[match.group(2)]
-        count, size = count + 1, size + got
-        if bar is not None:
-            bar.update(got)
-        elif time.monotonic() - last >= FETCH_EVERY_S:
-            last = time.monotonic()
-            say(f"fetched {count} files, {size / 1e6:.1f} MB so far")
-    if bar is not None:
-        bar.close()
-    if proc.wait() != 0:
-        errors = [ln for ln in lines if "ERROR" in ln] or lines or ["no output"]
-        raise EngineError(
-            f"Maven could not fetch the {spec.title} jars: {errors[0].strip()[:300]}"
-            " (Maven Central must be reachable; run again to retry)"
-        )
-    took = time.monotonic() - started
-    say(
-        f"fetched {count} files, {size / 1e6:.1f} MB in {took:.0f} s"
-        " (what Maven's own copy held already is not counted)"
-    )
 
 
 def _first_line(text: str) -> str:

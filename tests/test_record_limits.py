@@ -55,6 +55,7 @@ def test_an_unstorable_id_or_title_is_skipped_alike_on_every_backend(
         summary = ingest(source, where, progress=False)
         warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
         assert summary.unstorable == 2, (run, summary)
+        assert summary.duplicates == 0, (run, summary)  # each skipped article counted once, by its reason
         stored = summary.articles + summary.already_stored
         assert stored == 3, (run, summary)
         assert len(warnings) == 2, warnings
@@ -67,6 +68,16 @@ def test_an_unstorable_id_or_title_is_skipped_alike_on_every_backend(
         assert [h.id for h in backend.find_titles("Pira Sut", 1)] == ["ok-2"]
     finally:
         backend.close()
+
+
+def test_each_skipped_article_is_counted_once_under_its_reason(where: Config, tmp_path: Path) -> None:
+    big = {"id": "big", "title": "Big", "text": "Big was born in Ost. " * 4_000}  # over the byte limit
+    twice = {"id": "ok-1", "title": "Quorn Vell", "text": "Quorn Vell was a baker in Ostria."}
+    source = tmp_path / "input.jsonl"
+    source.write_text("".join(json.dumps(a) + "\n" for a in [*ARTICLES, big, twice]))
+    summary = ingest(source, where.replace(max_article_bytes=70_000), progress=False)
+    counts = (summary.too_large, summary.unstorable, summary.duplicates, summary.articles)
+    assert counts == (1, 2, 1, 3), summary  # ok-1 comes twice: the later text is stored, once
 
 
 @pytest.mark.parametrize("name", ["opensearch", "elasticsearch"])

@@ -290,9 +290,12 @@ def test_add_shows_its_own_label_and_a_total(
 
 
 def test_ingest_progress_counts_articles_of_the_limit_and_contexts_per_batch(
-    base_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    base_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from bertknn_search import progress_lines
     from bertknn_search.demo import FILLER
+
+    monkeypatch.setattr(progress_lines, "stream", lambda: sys.stderr)  # every frame, as a terminal sees
 
     rows = [
         {"id": str(i), "title": f"Article {i}", "text": " ".join(FILLER[i % 7 :][:12]).capitalize() + "."}

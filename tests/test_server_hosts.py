@@ -165,6 +165,7 @@ def test_serve_refuses_a_public_host_without_a_token(
 
     token = tmp_path / "token"
     token.write_text("s3cret\n")
+    token.chmod(0o600)  # serve refuses a token file that others can read
     assert serve(*common, "--token-file", token).exit_code == 0 and len(started) == 1
     with caplog.at_level(logging.WARNING, logger="bertknn_search.server"):
         assert serve(*common, "--open-writes").exit_code == 0 and len(started) == 2

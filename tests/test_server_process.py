@@ -174,6 +174,7 @@ def test_query_server_errors_are_one_line(live: Served) -> None:
 def test_serve_fails_in_one_line(built_index: Config, tmp_path: Path) -> None:
     empty = tmp_path / "token"
     empty.write_text("\n")
+    empty.chmod(0o600)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

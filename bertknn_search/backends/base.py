@@ -112,6 +112,18 @@ class Backend(Protocol):
         """The top ``n`` articles for ``query`` by BM25 over unigrams + bigrams."""
         ...
 
+    def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
+        """Up to ``n`` titles holding the first of ``title_patterns(subject)`` that any title holds
+        (``list_titles``'s order), for a subject that is no title; one request on an engine."""
+        ...
+
+    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
+        """``find_titles(subject, n)`` when it finds any, else ``search_articles(query, n)`` ([] for "").
+
+        One call, so that an engine can ask both in one request (a question with a subject).
+        """
+        ...
+
     def knn(self, vector: np.ndarray, k: int, article_ids: Sequence[str] | None = None) -> Neighbors:
         """Exact k nearest contexts (squared L2) to ``vector`` (dim,), restricted to ``article_ids``.
 
@@ -187,6 +199,13 @@ class ContextStore(Protocol):
 @runtime_checkable
 class Store(Backend, ContextStore, Protocol):
     """A backend that can also hand out texts and take contexts: what the lazy datastore wraps."""
+
+
+def title_patterns(subject: str) -> list[str]:
+    """What ``closest_titles`` looks for in titles, in turn: the subject, then its words of 3 or more
+    characters, longest first (ties alphabetical), each once."""
+    words = sorted({w for w in subject.split() if len(w) > 2}, key=lambda w: (-len(w), w))
+    return list(dict.fromkeys([subject.strip().lower(), *(w.lower() for w in words)]))
 
 
 def extrapolate(contexts: int, chars: float, encoded_chars: float, meta: IndexMeta) -> int:

@@ -516,6 +516,12 @@ class LazyDatastore:
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         return self.store.search_articles(query, n)
 
+    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
+        return self.store.subject_articles(subject, query, n)
+
+    def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
+        return self.store.closest_titles(subject, n)
+
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         return self.store.list_titles(pattern, n)
 

@@ -13,6 +13,7 @@ from bertknn_search.cli.eval import eval_group
 from bertknn_search.cli.group import Group
 from bertknn_search.cli.ingest import add, ingest
 from bertknn_search.cli.inspect import stats, titles
+from bertknn_search.cli.model import model_group
 from bertknn_search.cli.query import query, warm
 from bertknn_search.cli.serve import serve
 
@@ -26,5 +27,5 @@ def main() -> None:
     """
 
 
-for command in (ingest, add, query, warm, titles, serve, stats, demo, eval_group, engine_group):
+for command in (ingest, add, query, warm, titles, serve, stats, demo, eval_group, engine_group, model_group):
     main.add_command(command)

@@ -25,6 +25,7 @@ from bertknn_search.cli.eval_options import (
     relations_option,
     report_options,
 )
+from bertknn_search.cli.group import defer_interrupts
 from bertknn_search.cli.options import (
     backend_options,
     cache_option,
@@ -64,6 +65,7 @@ def eval_group() -> None:
 
     Example: bertknn-search eval run --lama data/lama --out eval-out
     """
+    defer_interrupts()  # Ctrl-C at a safe point, never inside torch (cli.group)
 
 
 @eval_group.command("run")

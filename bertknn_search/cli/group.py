@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from bertknn_search import interrupts
 from bertknn_search.errors import BertKnnError, Terminated
 from bertknn_search.output import counted
 
@@ -43,8 +44,10 @@ class Group(click.Group):
         return super().main(args, *rest, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
-        previous = _terminate_as_interrupt()
+        previous = None
         try:
+            interrupts.startup_over()  # raises a Ctrl-C that came during the imports
+            previous = _terminate_as_interrupt()
             return super().invoke(ctx)
         except BertKnnError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -54,6 +57,13 @@ class Group(click.Group):
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+
+
+def defer_interrupts() -> None:
+    """For the rest of the current command: Ctrl-C and SIGTERM stop the run at its next safe point, never
+    inside a native library's callback (``interrupts``); the command's context ends the deferral, and a
+    signal that came after the last safe point is raised then (a late Ctrl-C still exits 130)."""
+    click.get_current_context().with_resource(interrupts.deferred())
 
 
 def _terminate_as_interrupt() -> Any:

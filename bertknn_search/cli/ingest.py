@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from bertknn_search import session
+from bertknn_search.cli.group import defer_interrupts
 from bertknn_search.cli.options import (
     encoding_options,
     index_options,
@@ -22,6 +23,7 @@ def ingest() -> None:
 
     Example: bertknn-search ingest wiki enwiki-latest-pages-articles1.xml-p1p41242.bz2 --limit 1000
     """
+    defer_interrupts()
 
 
 @ingest.command("wiki")
@@ -54,8 +56,9 @@ def ingest_wiki(
     from bertknn_search.ingest.pipeline import ingest as run_ingest
 
     resolved, said = session.policy_for_model(session.open_index(flags, must_exist=False))
-    if said and not as_json:
-        click.echo(said, err=True)
+    for line in (session.new_index_note(resolved), said):
+        if line and not as_json:
+            click.echo(line, err=True)
     config = resolved.config
     # JSON output is for scripts: no bar on stderr to mix into their logs (as for add).
     progress = not (no_progress or as_json)
@@ -78,6 +81,7 @@ def add(
     """
     from bertknn_search.ingest.pipeline import add_articles
 
+    defer_interrupts()
     config = session.open_index(flags).config
     # JSON output is for scripts: no bar on stderr to mix into their logs.
     summary = add_articles(source, config, limit=limit, fmt=fmt, progress=not (no_progress or as_json))

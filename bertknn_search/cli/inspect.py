@@ -11,6 +11,7 @@ from bertknn_search.cli.options import (
     index_options,
     json_option,
 )
+from bertknn_search.errors import IndexNotFoundError
 
 
 @click.command()
@@ -26,7 +27,11 @@ def titles(pattern: str, limit: int, as_json: bool, **flags: Any) -> None:
     """
     from bertknn_search.output import render_titles, to_json
 
-    listed = session.list_titles(session.resolve_config(flags).config, pattern, limit)
+    resolved = session.resolve_config(flags)
+    try:
+        listed = session.list_titles(resolved.config, pattern, limit)
+    except IndexNotFoundError as exc:
+        raise session.engine_hint(exc, resolved) from exc
     if as_json:
         for title in listed:
             click.echo(to_json(title))
@@ -44,5 +49,9 @@ def stats(as_json: bool, **flags: Any) -> None:
     """
     from bertknn_search.output import render_stats, to_json
 
-    result = session.index_stats(session.resolve_config(flags).config)
+    resolved = session.resolve_config(flags)
+    try:
+        result = session.index_stats(resolved.config)
+    except IndexNotFoundError as exc:
+        raise session.engine_hint(exc, resolved) from exc
     click.echo(to_json(result) if as_json else render_stats(result))

@@ -97,8 +97,16 @@ def query(
                     f"--server auto: no server is serving this {_where_flag(flags, settings)}; start one"
                     " with 'bertknn-search serve', or name its URL"
                 )
+            if serving.starting:
+                serving = _wait_for(serving, flags, settings)
             server = serving.url
             flags = {k: v for k, v in flags.items() if k not in LOCATING}  # they found it
+        elif serving is not None and serving.starting:
+            click.echo(
+                f"a server is starting at {serving.url} (loading the model): --server auto waits for it"
+                " and answers there",
+                err=True,
+            )
         elif serving is not None:
             click.echo(
                 f"a server is serving this index at {serving.url}: --server {serving.url} (or --server"
@@ -146,6 +154,39 @@ def _serving(flags: dict[str, Any], settings: Path | None) -> Any:
     except BertKnnError:
         return None  # the settings are wrong: the query itself says how, in one line
     return discovery.find(discovery.announcement_for(config), lambda line: click.echo(line, err=True))
+
+
+# How long ``--server auto`` waits for a server that is loading its model (56 s was seen for an embedded
+# index on a loaded CPU; a GPU machine's first load of a large model takes longer).
+STARTING_WAIT_S = 180.0
+
+
+def _wait_for(serving: Any, flags: dict[str, Any], settings: Path | None) -> Any:
+    """The starting server ``serving`` once it is ready, said in one line while waiting.
+
+    Raises:
+        BertKnnError: it is still loading after ``STARTING_WAIT_S``, or it stopped while loading.
+    """
+    from bertknn_search.server import discovery
+
+    click.echo(
+        f"a server is starting at {serving.url} (loading the model); waiting up to {STARTING_WAIT_S:.0f} s",
+        err=True,
+    )
+    config = session.resolve_config(flags, settings=settings).config
+    place = discovery.announcement_for(config)
+    ready = discovery.wait_ready(place, STARTING_WAIT_S) if place is not None else None
+    if ready is None:
+        raise BertKnnError(
+            f"the server at {serving.url} stopped while loading its model (its log says why); start it"
+            " again with 'bertknn-search serve', or leave out --server to answer here"
+        )
+    if ready.starting:
+        raise BertKnnError(
+            f"the server at {serving.url} is still loading its model after {STARTING_WAIT_S:.0f} s;"
+            f" retry in a minute ('curl {serving.url}/health' says when it is ready)"
+        )
+    return ready
 
 
 def _where_flag(flags: dict[str, Any], settings: Path | None) -> str:

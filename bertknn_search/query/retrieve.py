@@ -28,9 +28,8 @@ def retrieve(backend: Backend, question: Question, n: int) -> list[ArticleHit]:
     Several articles may carry the subject's title (two inputs, one title): all of them, up to ``n``, are
     the subject's own, so all are searched rather than one picked by id.
     """
-    if question.subject:
-        own = backend.find_titles(question.subject, n)
-        if own:
-            return own
     query = ir_query(question)
+    if question.subject:
+        # One call: an engine asks for the title and the BM25 top n in one request.
+        return backend.subject_articles(question.subject, query, n)
     return backend.search_articles(query, n) if query else []

@@ -348,11 +348,7 @@ class Searcher:
         hit scores infinity): the titles that hold it, else those that hold its longest words."""
         if any(math.isinf(h.score) for h in hits):
             return answer
-        found = self.backend.list_titles(subject, CLOSEST_TITLES)
-        for word in sorted(set(subject.split()), key=len, reverse=True):
-            if found:
-                break
-            found = self.backend.list_titles(word, CLOSEST_TITLES) if len(word) > 2 else []
+        found = self.backend.closest_titles(subject, CLOSEST_TITLES)
         return dataclasses.replace(answer, closest_titles=[h.title for h in found])
 
     def _with_split_words(self, answer: Answer, nb: Neighbors) -> Answer:

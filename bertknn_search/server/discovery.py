@@ -1,15 +1,16 @@
 """A serving server's address in a small file, so that ``query`` can find it (``--server auto``).
 
-``serve`` writes an announcement (URL, pid, host name, a random nonce) once the model is loaded and
-removes it when it stops: ``serving.json`` inside an embedded index's folder, or, for an index on an
-engine (no folder here), ``serving-<key>.json`` in a per-user runtime folder, the key made of the
-backend, the engine URL and the index prefix. ``query`` reads it (standard library only, before anything
-heavy loads).
+``serve`` writes an announcement (URL, pid, host name, a random nonce, and "starting" or "ready") once
+it listens, again once the model is loaded, and removes it when it stops: ``serving.json`` inside an
+embedded index's folder, or, for an index on an engine (no folder here), ``serving-<key>.json`` in a
+per-user runtime folder, the key made of the backend, the engine URL and the index prefix. ``query``
+reads it (standard library only, before anything heavy loads).
 
 A file is trusted only when all of these hold, since whoever can write into an index folder could
 otherwise send a user's questions and token to a server of theirs:
 
-- it belongs to this user, as does the process it names, on this machine;
+- it is a regular file (not a link), belongs to this user, as does the process it names, on this
+  machine, and only this user may write it (checked on the one open descriptor it is read from);
 - its URL is ``http`` to a loopback address with a port;
 - its pid is a ``bertknn-search serve`` process (its command line says so);
 - the server at the URL proves, on the token-free ``GET /serving``, that it holds the file's nonce: it
@@ -22,6 +23,7 @@ process) is removed as well.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import ipaddress
@@ -29,6 +31,8 @@ import json
 import os
 import secrets
 import socket
+import stat
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -49,6 +53,7 @@ class Serving:
     url: str
     pid: int
     nonce: str = field(default="", compare=False, repr=False)
+    starting: bool = field(default=False, compare=False)  # announced while its model loads
 
 
 def client_url(host: str, port: int) -> str:
@@ -99,19 +104,25 @@ def announcement_for(config: Any) -> Path | None:
     return announcement(config.backend, config.index, url, config.opensearch_prefix)
 
 
-def announce(path: Path, url: str, nonce: str) -> Path | None:
+def announce(path: Path, url: str, nonce: str, starting: bool = False) -> Path | None:
     """Write the announcement at ``path`` for this process (replacing any), readable by this user only;
     None where its folder is no folder, or is read-only to this user (a server then serves, unannounced).
-    The per-user runtime folder is made when missing."""
+    The per-user runtime folder is made when missing. ``starting``: the server listens but its model is
+    still loading (``query --server auto`` waits for it)."""
     if path.name != FILE:
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not path.parent.is_dir():
         return None
-    body = json.dumps({"url": url, "pid": os.getpid(), "host": socket.gethostname(), "nonce": nonce})
+    state = "starting" if starting else "ready"
+    body = json.dumps(
+        {"url": url, "pid": os.getpid(), "host": socket.gethostname(), "nonce": nonce, "state": state}
+    )
     temp = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        temp.unlink()  # a leftover of this pid's, or a link someone put there: never written through
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(body + "\n")
         os.replace(temp, path)  # whole or absent: a reader never sees half a file
@@ -124,8 +135,8 @@ def announce(path: Path, url: str, nonce: str) -> Path | None:
 
 def withdraw(path: Path) -> None:
     """Remove the announcement if this process wrote it (another server may have announced itself since)."""
-    found = _read(_file(path))
-    if found is not None and found.pid == os.getpid():
+    opened = _open(_file(path))
+    if isinstance(opened, _Opened) and opened.serving is not None and opened.serving.pid == os.getpid():
         with contextlib.suppress(OSError):
             _file(path).unlink()
 
@@ -133,24 +144,33 @@ def withdraw(path: Path) -> None:
 def find(path: Path | None, say: Say | None = None) -> Serving | None:
     """The server announced at ``path`` (an announcement, or an embedded index's folder), if it passes
     every check of this module's docstring; else None, ``say`` told why in one line where a file was
-    there but not trusted."""
+    there but not trusted.
+
+    The file is opened once, without following a link, and its owner, mode and kind are checked on that
+    open descriptor before its text is read from it: checking one file by name and reading another (a
+    link swapped for a file between the two) would send the question and the token to someone else's
+    server."""
     if path is None:
         return None
     path = _file(path)
     tell = say or (lambda _line: None)
-    try:
-        owner = path.stat().st_uid
-    except OSError:
+    opened = _open(path)
+    if opened is None:
         return None  # no announcement: the usual case
-    serving = _read(path)
+    if isinstance(opened, str):
+        tell(f"ignored {path}: {opened}")
+        return None
+    serving = opened.serving
     if serving is None:
         tell(f"ignored {path}: not an announcement this version writes")
         return None
-    host = _host(path)
-    if host != socket.gethostname():
+    if opened.host != socket.gethostname():
         return None  # another machine's, on a shared disk: not for this one, and nothing to say
-    if owner != os.getuid():
-        tell(f"ignored {path}: it belongs to another user (uid {owner}); give that server's URL to --server")
+    if not _owned(opened.info):
+        tell(
+            f"ignored {path}: it belongs to another user (uid {opened.info.st_uid}); give that server's URL"
+            " to --server"
+        )
         return None
     why = _not_loopback_http(serving.url)
     if why is not None:
@@ -168,19 +188,71 @@ def find(path: Path | None, say: Say | None = None) -> Serving | None:
     return serving
 
 
+def wait_ready(path: Path, timeout_s: float, poll_s: float = 0.5) -> Serving | None:
+    """Wait up to ``timeout_s`` for the starting server announced at ``path`` to load its model: the
+    server once its announcement says "ready"; the starting one still, when the time ran out; None when
+    its announcement went (the server stopped, or failed to load). Each look checks the file anew."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        serving = find(path)
+        if serving is None or not serving.starting or time.monotonic() >= deadline:
+            return serving
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
 def _file(path: Path) -> Path:
     return path / FILE if path.is_dir() else path
 
 
-def _load(path: Path) -> Any:
+MAX_BYTES = 64 * 1024  # an announcement is under 300 bytes; more is not one
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What one open of an announcement showed: its owner (from the descriptor) and its text."""
+
+    info: os.stat_result
+    serving: Serving | None
+    host: str
+
+
+def _owned(info: os.stat_result) -> bool:
+    """Whether a file is this user's (one place, so that a test can stand in for a second user)."""
+    return info.st_uid == os.getuid()
+
+
+def _open(path: Path) -> _Opened | str | None:
+    """Open ``path`` once, not following a link, and read it through that descriptor: None when there is
+    no file; why not, when it is a link, not a regular file, or writable by group or others."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # a FIFO: no hang
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        fd = os.open(path, flags)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link (asking the path again could see a file)
+            return "it is a link (an announcement is a file its server wrote there)"
+        return f"cannot be read ({exc.strerror or exc})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return "it is not a regular file"
+        if info.st_mode & 0o022:
+            return "group or others may write it (an announcement is its owner's only)"
+        text = os.read(fd, MAX_BYTES + 1)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(text.decode("utf-8")) if len(text) <= MAX_BYTES else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = None
+    host = str(data.get("host")) if isinstance(data, dict) else ""
+    return _Opened(info, _serving(data), host)
 
 
-def _read(path: Path) -> Serving | None:
-    data = _load(path)
+def _serving(data: Any) -> Serving | None:
     if not isinstance(data, dict):
         return None
     url, pid, nonce = data.get("url"), data.get("pid"), data.get("nonce")
@@ -188,12 +260,7 @@ def _read(path: Path) -> Serving | None:
         return None
     if not isinstance(nonce, str) or len(nonce) < 16:
         return None
-    return Serving(url, pid, nonce)
-
-
-def _host(path: Path) -> str:
-    data = _load(path)
-    return str(data.get("host")) if isinstance(data, dict) else ""
+    return Serving(url, pid, nonce, starting=data.get("state") == "starting")
 
 
 def _not_loopback_http(url: str) -> str | None:

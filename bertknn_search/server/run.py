@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import gc
@@ -14,6 +15,7 @@ from bertknn_search.config import Config
 from bertknn_search.errors import BertKnnError, ConfigError
 from bertknn_search.server import discovery
 from bertknn_search.server.app import ServerSettings, create_app
+from bertknn_search.server.connections import Guard, connection_cap
 from bertknn_search.server.hosts import allowed_names, is_loopback, is_wildcard, normalise
 
 log = logging.getLogger("bertknn_search.server")
@@ -84,8 +86,13 @@ def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = Fa
     url = f"http://{f'[{host}]' if ':' in host else host}:{bound}"
     app = create_app(settings)
     batcher = app.state.batcher
+    guard = Guard(connection_cap())
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            asyncio.get_running_loop().set_exception_handler(guard.exception_handler)
+            await super().startup(sockets)
+
         def handle_exit(self, sig: int, frame: object) -> None:
             # uvicorn waits for running requests; a cold encode stops at its next step instead of
             # holding the shutdown for minutes (its question gets a 503, what it encoded is kept).
@@ -93,23 +100,36 @@ def serve(settings: ServerSettings, host: str, port: int, open_writes: bool = Fa
             super().handle_exit(sig, frame)  # type: ignore[arg-type]
 
     # No access log: a line per question would cost the batch path and bury what matters.
-    server = Server(uvicorn.Config(app, log_level="info", access_log=False, lifespan="on"))
+    # Our h11 protocol, whatever else is installed: it times out slow clients and keeps the cap.
+    http = guard.protocol()
+    server = Server(uvicorn.Config(app, log_level="info", access_log=False, lifespan="on", http=http))
 
     config = settings.config
     place = discovery.announcement_for(config)
 
     def announce() -> None:
+        # "starting" once uvicorn answers (GET /serving proves the nonce while the model loads), so that
+        # 'query --server auto' waits for this server instead of saying there is none; "ready" once loaded.
+        while not (server.started or batcher.done.wait(0.05) or server.should_exit):
+            pass
+        if place is not None and server.started and not batcher.done.is_set():
+            discovery.announce(place, discovery.client_url(host, bound), settings.nonce, starting=True)
         batcher.done.wait()
         if batcher.error is not None:
             server.should_exit = True
         else:
-            # Once the model is loaded, not before: a query pointed here gets answers, not a wait.
             if place is not None:
                 discovery.announce(place, discovery.client_url(host, bound), settings.nonce)
             log.info("ready: %s (page at /, API docs at /docs)", url)
 
     log.info("loading the model for %s; listening on %s", index_name(config), url)
     log.info("per-request limits without the token: %s", settings.limits.describe())
+    log.info(
+        "connections: at most %d open; each sends a request's head within %g s, all of it within %g s",
+        guard.cap,
+        guard.head_s,
+        guard.request_s,
+    )
     threading.Thread(target=announce, name="announce", daemon=True).start()
     # uvicorn re-raises the Ctrl-C it handled once the shutdown is done: nothing is left to interrupt.
     try:

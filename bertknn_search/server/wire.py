@@ -20,9 +20,21 @@ def read_token(path: Path) -> str:
     from bertknn_search.errors import ConfigError
 
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read --token-file {path}: {exc}") from exc
+    return token_of(text, path)
+
+
+def token_of(text: str, path: Path) -> str:
+    """A token file's first line, stripped.
+
+    Raises:
+        ConfigError: it is empty.
+    """
+    from bertknn_search.errors import ConfigError
+
+    lines = text.splitlines()
     token = lines[0].strip() if lines else ""
     if not token:
         raise ConfigError(f"--token-file {path} is empty; write the token on its first line")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bertknn_search.backends import codec
-from bertknn_search.backends.base import check_meta, extrapolate
+from bertknn_search.backends.base import check_meta, extrapolate, title_patterns
 from bertknn_search.backends.blocks import Block, FlatIndex, exact_knn
 from bertknn_search.backends.embedded import sqlite_file
 from bertknn_search.backends.embedded.article_index import IR_DIR, ArticleIndex, field_texts
@@ -364,6 +364,15 @@ class EmbeddedBackend(ContextStoreSide, TextStoreSide):
                 (title.strip().lower(), n),
             ).fetchall()
         return [ArticleHit(id_, found, float("inf"), pop) for id_, found, pop in rows]
+
+    def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
+        for pattern in title_patterns(subject):
+            if found := self.list_titles(pattern, n):
+                return found
+        return []
+
+    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
+        return self.find_titles(subject, n) or (self.search_articles(query, n) if query else [])
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         # LIKE's own wildcards in the pattern stand for themselves.

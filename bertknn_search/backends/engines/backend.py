@@ -17,18 +17,20 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from bertknn_search.backends.base import check_meta, extrapolate
-from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.base import check_meta, extrapolate, title_patterns
+from bertknn_search.backends.engines import bodies, dialect_for, subject_search
 from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
     RetryPolicy,
     bulk_error_message,
     call,
     connect,
+    refusals,
     unavailable_shards,
 )
 from bertknn_search.backends.engines.contexts import EngineContextSide
 from bertknn_search.backends.engines.dialect import Dialect, PartialAnswer, public_url, whole_answer
+from bertknn_search.backends.engines.heal import retry_failed_shards
 from bertknn_search.backends.engines.reads import (
     SENTENCE_FIELDS,
     STATE_FIELDS,
@@ -80,6 +82,7 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         # What the last searches said of their articles (generation, title, coverage) and the sentences
         # read: a warm question asks the engine for its IR answer and its kNN search, nothing else.
         self._cache = ArticleCache()
+        self._healed = False  # failed shards were allocated again once (``_call``)
         self._has_key = False  # the contexts carry their stored key as doc values (older indexes: no)
         self._has_spans = False  # the articles keep sentences as offsets into their text (likewise)
         self._has_graph = False  # an HNSW graph for the no-IR search (OpenSearch, made with --no-ir-graph)
@@ -310,7 +313,6 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
         Several parts are sent at once, each by a thread of its own (``_parts``); each part's actions are
         made as its requests fill, so this process prepares the next request while the engine indexes.
         """
-        policy = self.retry
 
         def stream(part: Callable[[], Iterable[dict[str, Any]]]) -> tuple[int, list[dict[str, Any]]]:
             total, failures = 0, []
@@ -320,9 +322,9 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
                 chunk_size=BULK_CHUNK,
                 max_chunk_bytes=BULK_BYTES,
                 raise_on_error=False,
-                max_retries=policy.attempts - 1,  # streaming_bulk's own 429 retries, per document
-                initial_backoff=policy.initial_backoff,
-                max_backoff=policy.max_backoff,
+                # No per-document 429 retries inside streaming_bulk: they waited 7.5 s on a full disk's
+                # block too. A 429 that is no block sends the batch again (``refusals``, ``_call``).
+                max_retries=0,
             ):
                 total += 1
                 if not ok:
@@ -339,9 +341,8 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
             lost = unavailable_shards(failures, total)
             if lost:  # a primary lost with its node, its replica not yet promoted: the batch again
                 raise PartialAnswer(lost)
-            return total, failures
+            return total, refusals(failures, total)
 
-        # 429s were already retried inside streaming_bulk; retrying them here too would square the attempts.
         total, failures = self._call(what, send, retry_429=False)
         if failures:
             raise BackendError(bulk_error_message(self.dialect.title, what, self.url, failures, total))
@@ -368,10 +369,33 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
     def find_titles(self, title: str, n: int) -> list[ArticleHit]:
         response = self._search("look up a title", "articles", bodies.title_body(title, n))
         self._remember(response)
-        return [
-            ArticleHit(h["_id"], h["_source"]["title"], float("inf"), h["_source"].get("popularity"))
-            for h in response["hits"]["hits"]
-        ]
+        return subject_search.title_hits(response)
+
+    def subject_articles(self, subject: str, query: str, n: int) -> list[ArticleHit]:
+        """The title lookup and the BM25 search in one ``_msearch`` (``subject_search``)."""
+        body = subject_search.lines(subject, query, n, self.dialect.bigram_field)
+        if body is None:
+            return self.find_titles(subject, n)
+        send = subject_search.msearch(self.client, self.names["articles"], body)
+        titled, searched = self._call("look up a title and search articles", send)
+        if "error" in titled:  # asked alone: its retries, or its one-line error
+            return self.find_titles(subject, n) or self.search_articles(query, n)
+        if titled["hits"]["hits"]:
+            self._remember(titled)
+            return subject_search.title_hits(titled)
+        if "error" in searched:
+            return self.search_articles(query, n)
+        self._remember(searched)
+        return bodies.parse_articles(searched)
+
+    def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
+        send = subject_search.msearch(
+            self.client, self.names["articles"], subject_search.closest_lines(subject, n)
+        )
+        found = subject_search.first_titles(self._call("list titles", send))
+        if found is None:  # asked one by one: their retries, or their one-line error
+            return next((hits for p in title_patterns(subject) if (hits := self.list_titles(p, n))), [])
+        return found
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)
@@ -551,7 +575,17 @@ class EngineBackend(EngineContextSide, EngineBulkMode):
             self.client.close()
 
     def _call(self, what: str, fn: Callable[[], T], retry_429: bool = True) -> T:
-        return call(what, self.url, fn, self.retry, self.dialect, retry_429)
+        try:
+            return call(what, self.url, fn, self.retry, self.dialect, retry_429)
+        except BackendError as exc:
+            # Shards missing after the retries: if they failed for a full disk since freed, allocate them
+            # again (once a process) and try once more, instead of failing every run until someone does.
+            if self._healed or not isinstance(exc.__cause__, PartialAnswer):
+                raise
+            self._healed = True
+            if not retry_failed_shards(self.client, f"{self.prefix}-*"):
+                raise
+            return call(what, self.url, fn, self.retry, self.dialect, retry_429)
 
 
 def _create_index(engine: Dialect, client: Any, name: str, body: dict[str, Any]) -> Callable[[], None]:

@@ -16,8 +16,10 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from bertknn_search.backends.engines.diagnose import (
     block_hint,
     connection_hint,
+    disk_full_hint,
     first_node,
     identify,
+    is_disk_full,
     probe,
     wrong_product,
 )
@@ -99,6 +101,14 @@ def call(
     )
     try:
         result = retrying(fn)
+    except Throttled as exc:
+        attempts = retrying.statistics.get("attempt_number", 1)
+        raise BackendError(
+            one_line(
+                f"{engine.title} at {url} failed to {what} after {attempts} attempts: {exc}; the cluster is"
+                " overloaded: run the command again later or give the cluster more resources"
+            )
+        ) from exc
     except PartialAnswer as exc:
         attempts = retrying.statistics.get("attempt_number", 1)
         tries = f" after {attempts} attempts" if attempts > 1 else ""
@@ -132,7 +142,7 @@ def describe(what: str, url: str, exc: BaseException, engine: Dialect, attempts:
         return one_line(f"cannot reach {engine.title} at {url} to {what}{tries} ({said}); {hint}")
     status = engine.status(exc)
     reason = engine.reason(exc)
-    blocked = block_hint(reason, url)
+    blocked = disk_full_hint(reason, url) or block_hint(reason, url)
     if blocked is not None:
         hint = blocked
     elif status == 429:
@@ -199,15 +209,8 @@ def _check_product(client: Any, engine: Dialect, url: str, policy: RetryPolicy) 
 def bulk_error_message(title: str, what: str, url: str, failures: list[dict[str, Any]], total: int) -> str:
     """One line for per-document bulk failures, naming the first one."""
     op, info = next(iter(failures[0].items()))
-    error = info.get("error", {})
-    if isinstance(error, dict):
-        caused = error.get("caused_by", {})
-        reason = f"{error.get('type')}: {error.get('reason')}"
-        if isinstance(caused, dict) and caused.get("reason"):
-            reason += f" ({caused.get('type')}: {caused.get('reason')})"
-    else:
-        reason = str(error)
-    blocked = block_hint(reason, url)
+    reason = _reason(info)
+    blocked = disk_full_hint(reason, url) or block_hint(reason, url)
     if blocked is not None:
         return one_line(
             f"{title} at {url} refused {len(failures)} of {total} documents while trying to {what}:"
@@ -221,6 +224,48 @@ def bulk_error_message(title: str, what: str, url: str, failures: list[dict[str,
     )
 
 
+class Throttled(PartialAnswer):
+    """Some documents of a bulk request were refused with 429 (the engine's queues were full), none for a
+    block: the batch is worth sending again whole (ids are deterministic, a re-sent doc overwrites)."""
+
+
+def refusals(failures: list[dict[str, Any]], total: int) -> list[dict[str, Any]]:
+    """The failures of a bulk request that stand, after those that are no failure (a delete of a doc
+    already gone: what it asked for).
+
+    Raises:
+        Throttled: every one left was a 429 without a block, which another try may get through. A 429 for
+            a block (a full disk's flood stage among them) is no overload: it is returned at once, not
+            retried for seconds as streaming_bulk's own per-document retries did.
+    """
+    left = [f for f in failures if not _already_deleted(f)]
+    if not left:
+        return []
+    infos = [next(iter(f.values())) for f in left]
+    if all(int(info.get("status") or 0) == 429 for info in infos):
+        reasons = [_reason(info) for info in infos]
+        if not any(block_hint(r, "") or is_disk_full(r) for r in reasons):
+            raise Throttled(f"{len(left)} of {total} documents refused with 429 ({reasons[0]})")
+    return left
+
+
+def _already_deleted(failure: dict[str, Any]) -> bool:
+    op, info = next(iter(failure.items()))
+    return op == "delete" and int(info.get("status") or 0) == 404
+
+
+def _reason(info: dict[str, Any]) -> str:
+    """A bulk item's error as ``bulk_error_message`` says it: type, reason and what caused it."""
+    error = info.get("error", {})
+    if not isinstance(error, dict):
+        return str(error)
+    reason = f"{error.get('type')}: {error.get('reason')}"
+    caused = error.get("caused_by", {})
+    if isinstance(caused, dict) and caused.get("reason"):
+        reason += f" ({caused.get('type')}: {caused.get('reason')})"
+    return reason
+
+
 def unavailable_shards(failures: list[dict[str, Any]], total: int) -> str | None:
     """Why a bulk request is worth sending again whole, or None: every document it could not write failed
     for want of an active shard (HTTP 5xx, e.g. ``unavailable_shards_exception`` while a lost node's
@@ -229,6 +274,8 @@ def unavailable_shards(failures: list[dict[str, Any]], total: int) -> str | None
     statuses = [int(next(iter(f.values())).get("status") or 0) for f in failures]
     if not statuses or min(statuses) < 500:
         return None
+    if any(is_disk_full(_reason(next(iter(f.values())))) for f in failures):
+        return None  # a shard that cannot write for want of disk: said at once, not sent again
     first = next(iter(failures[0].values())).get("error", {})
     kind = first.get("type", "unknown") if isinstance(first, dict) else str(first)
     return f"{len(failures)} of {total} documents found no active shard ({kind})"

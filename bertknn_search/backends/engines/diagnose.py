@@ -155,6 +155,37 @@ def connection_hint(name: str, title: str, env: str, url: str, ssl_error: bool, 
     return f"check that the cluster is up and {env}_URL is right"
 
 
+DISK_FULL = "the engine's disk is full"
+_NO_SPACE = ("No space left on device", "not enough disk space", "disk usage exceeded")
+
+
+def is_disk_full(reason: str) -> bool:
+    """Whether an engine's error says its disk is full: "No space left on device" from a write, or the
+    block a disk past its flood-stage watermark puts on the node's indices."""
+    return any(words in reason for words in _NO_SPACE)
+
+
+def disk_full_hint(reason: str, url: str) -> str | None:
+    """The advice for an error that says the engine's disk is full (None: it does not).
+
+    A block from the flood stage gets ``block_hint``'s line (the block and the request that lifts it); a
+    write that met a disk with no space left (no watermark stopped it) names what frees it and that the
+    next run retries the shards that failed for it (``_cluster/reroute?retry_failed=true``) itself.
+    """
+    if not is_disk_full(reason):
+        return None
+    blocked = block_hint(reason, url)
+    if blocked is not None:
+        return blocked
+    node = first_node(url)
+    base = node.shown if node is not None else url
+    return (
+        f"{DISK_FULL} (no space left on its data folder's disk): free disk space there, then run the same"
+        " command again; it retries the index's shards that failed for it itself (or: curl -X POST"
+        f" '{base}/_cluster/reroute?retry_failed=true'); nothing already written was lost"
+    )
+
+
 def block_hint(reason: str, url: str) -> str | None:
     """What a cluster or index block is and the request that lifts it; None when ``reason`` is no block."""
     found = _BLOCK.search(reason)
@@ -170,7 +201,8 @@ def block_hint(reason: str, url: str) -> str | None:
     elif what.startswith("cluster read-only"):
         setting, where = "cluster.blocks.read_only", "the cluster refuses writes (read-only)"
     elif "flood-stage" in what or "allow delete" in what:
-        setting, where = "index.blocks.read_only_allow_delete", f"index {index} refuses writes (a full disk)"
+        setting = "index.blocks.read_only_allow_delete"
+        where = f"{DISK_FULL}: index {index} refuses writes (its flood-stage block)"
     elif "read-only" in what:
         setting, where = "index.blocks.read_only", f"index {index} refuses writes (read-only)"
     elif "index write" in what:
@@ -180,7 +212,8 @@ def block_hint(reason: str, url: str) -> str | None:
     else:
         return f"a block ({found['what']}) refuses the request: lift it, then run the same command again"
     disk = (
-        "free disk space first (a disk past its flood-stage watermark sets it); then "
+        "free disk space first (a disk past its flood-stage watermark sets it; the node lifts it itself"
+        " within seconds once the disk is below its high watermark); then "
         if "flood-stage" in what or "allow delete" in what or "create-index" in what
         else ""
     )

@@ -295,13 +295,34 @@ function linkTo(question, subject) {
   history.replaceState(null, "", `${location.pathname}?${params}`);
 }
 
+// What is wrong with a question's [MASK], as the CLI says it (bertknn_search/textcheck.py): another
+// model's mask or [mask] in lower case gets "did you mean [MASK]?"; null when it has exactly one.
+function maskProblem(question) {
+  const count = question.split("[MASK]").length - 1;
+  if (count === 0) {
+    const lower = /\[mask\]/i.exec(question);
+    if (lower) return `The question has '${lower[0]}': did you mean [MASK] (upper case)?`;
+    const other = /<mask>|\{mask\}|\[blank\]|_{3,}/i.exec(question);
+    if (other) return `The question has '${other[0]}': did you mean [MASK] (BERT's mask)?`;
+  }
+  return count === 1 ? null : `The question needs exactly one [MASK]; it has ${count}.`;
+}
+
+// The model as a short name: a hub name as it is, a local folder by its last two parts
+// (".../sentence-transformers/all-MiniLM-L6-v2"), so that a folder named "model" still says whose.
+function modelLabel(model) {
+  const name = String(model || "");
+  const isPath = /^[./~]/.test(name) || name.includes("\\") || name.split("/").length > 2;
+  return isPath ? name.split(/[\\/]+/).filter(Boolean).slice(-2).join("/") : name;
+}
+
 async function ask(event, retries = 0) {
   if (event) event.preventDefault();
   const question = $("question").value.trim();
   const subject = $("subject").value.trim();
-  const count = question.split("[MASK]").length - 1;
-  if (count !== 1) {
-    setStatus(`The question needs exactly one [MASK]; it has ${count}.`, true);
+  const problem = maskProblem(question);
+  if (problem) {
+    setStatus(problem, true);
     return;
   }
   const body = { question };
@@ -420,7 +441,7 @@ async function showIndex(first = false) {
       if (health.status !== "ready") setStatus(health.detail, health.status === "failed");
     }
     const stats = await (await fetch("/stats")).json();
-    const model = stats.meta.model.split("/").pop();
+    const model = modelLabel(stats.meta.model);
     answerKind = answerKindOf(stats.meta.mask_policy);
     $("answer-kind").textContent = `The answer is ${answerKind}.`;
     $("index-info").textContent =
