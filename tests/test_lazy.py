@@ -151,6 +151,25 @@ def test_no_ir_on_a_lazy_index_is_a_clear_error(lazy_index: Config, facts: list[
         searcher.close()
 
 
+def test_no_ir_on_a_lazy_index_searches_every_context_once_all_are_encoded(
+    pair: tuple[Searcher, Searcher], corpus: Path, facts: list[Fact]
+) -> None:
+    eager, lazy = pair
+    ids = [json.loads(line)["id"] for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lazy.backend.ensure_contexts(ids[:-1])
+    qs = questions(facts)[:3]
+    no_ir = eager.config.replace(use_ir=False)
+    with pytest.raises(LazyIndexError, match=r"before every article is encoded"):
+        lazy.score_batch(qs[:1], no_ir)
+    lazy.backend.ensure_contexts(ids[-1:])
+    for q, a, b in zip(qs, eager.score_batch(qs, no_ir), lazy.score_batch(qs, no_ir)):
+        assert a.hits is None and b.hits is None, q.text
+        assert len(b.neighbors.article_ids) == len(a.neighbors.article_ids) > 0, q.text
+        np.testing.assert_array_equal(a.neighbors.token_ids, b.neighbors.token_ids, err_msg=q.text)
+        np.testing.assert_allclose(a.neighbors.distances, b.neighbors.distances, rtol=1e-5, err_msg=q.text)
+        np.testing.assert_allclose(a.p, b.p, atol=1e-6, err_msg=q.text)
+
+
 def test_a_replaced_article_drops_its_cached_contexts(lazy_copy: Config, tmp_path: Path) -> None:
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     text = "Zyxa Qorv was born in {town}. Zyxa Qorv worked as a baker in {town}."
