@@ -80,7 +80,7 @@ class Server:
         if patience_s is not None:  # the same command with the batcher's patience fixed (no flag sets it)
             cmd = [sys.executable, "-c", PATIENCE_SERVE, str(patience_s), *args]
         # A load test asks more than a tokenless client may at once (docs/serving.md, limits).
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "BERTKNN_SERVE_LIMITS": "questions=1024,articles=100000"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "BERTKNN_SERVE_LIMITS": "questions=1024,articles=10000"}
         self.proc, self.url, self.log = start_serve(cmd, env, max_seconds)
         if not self.url:
             self.stop()
