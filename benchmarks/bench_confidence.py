@@ -182,6 +182,22 @@ def scored_left_out(rows: Sequence[Measured], fits: dict[str, Any]) -> list[floa
     return [float(fits[r.relation].probability([r.signals])[0]) for r in rows]
 
 
+def finish(
+    args: argparse.Namespace,
+    results: dict[str, Any],
+    fit: Any,
+    p: Sequence[float],
+    hits: list[bool],
+    title: str,
+) -> None:
+    """The reliability diagram of ``p`` (with ``--out``), the fit (with ``--write-fit``), the results."""
+    if args.out:
+        plot_reliability(reliability(p, hits), ece(p, hits), args.out.with_suffix(".png"), title)
+    if args.write_fit:
+        fit.save(args.write_fit)
+    write_results(args.out, results)
+
+
 def from_checkpoint(args: argparse.Namespace) -> None:
     """Fit and check ``p`` on the answers of an evaluation's checkpoint (``--from-checkpoint``)."""
     load = load_average()
@@ -207,19 +223,8 @@ def from_checkpoint(args: argparse.Namespace) -> None:
         "same_kind": same_kind_effect(checkpoint),
         "load_average_after": load_average(),
     }
-    if args.out:
-        hits = [r.hit for r in rows]
-        p = left_out_fits(rows)
-        p_rows = scored_left_out(rows, p)
-        plot_reliability(
-            reliability(p_rows, hits),
-            ece(p_rows, hits),
-            args.out.with_suffix(".png"),
-            "p, relations left out",
-        )
-    if args.write_fit:
-        fit.save(args.write_fit)
-    write_results(args.out, results)
+    p_rows = scored_left_out(rows, left_out_fits(rows)) if args.out else []
+    finish(args, results, fit, p_rows, [r.hit for r in rows], "p, relations left out")
 
 
 def main() -> None:
@@ -333,17 +338,8 @@ def main() -> None:
         },
     }
     results["load_average_after"] = load_average()
-    if args.out:
-        hits = [r.hit for r in exact]
-        plot_reliability(
-            reliability(p_exact, hits),
-            ece(p_exact, hits),
-            args.out.with_suffix(".png"),
-            "exact answers, p from fits without their relation",
-        )
-    if args.write_fit:
-        fit.save(args.write_fit)
-    write_results(args.out, results)
+    title = "exact answers, p from fits without their relation"
+    finish(args, results, fit, p_exact, [r.hit for r in exact], title)
 
 
 if __name__ == "__main__":
