@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertknn_search.config import Config
-from bertknn_search.errors import ConfigError
+from bertknn_search.errors import BertKnnError, ConfigError
 from bertknn_search.eval.compare import Comparison, compare_runs, plot_comparison, render_comparison
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.harness import EvalResult, evaluate
@@ -84,17 +84,36 @@ def _part(name: str, value: Any) -> str:
 
 
 def check_variants(found: Sequence[Variant]) -> None:
-    """Refuse, before anything runs, a no-IR run on a lazy index (it would stop the ablation half-way).
+    """Refuse, before anything runs, a no-IR run on a lazy index that has not encoded every article to
+    its end (it would stop the ablation half-way); a lazy index encoded whole holds what an eager one
+    holds, and the run searches it all.
 
     Raises:
         ConfigError: naming the index and the fix.
     """
     for v in found:
-        if not v.config.use_ir and v.config.contexts == "lazy":
+        if not v.config.use_ir and v.config.contexts == "lazy" and not _encoded_whole(v.config):
             raise ConfigError(
-                f"run {v.name} searches every context (no IR), but the index at {v.config.index} is lazy;"
-                " build an eager index for it (ingest wiki --contexts eager) or leave 'off' out of --ir"
+                f"run {v.name} searches every context (no IR), but the index at {v.config.index} is lazy"
+                " and not every article is encoded; encode them all (eval warm, or ingest wiki --contexts"
+                " eager) or leave 'off' out of --ir"
             )
+
+
+def _encoded_whole(config: Config) -> bool:
+    """Whether the index has every article encoded to its end (False where it cannot be opened: the
+    run's own open then says why)."""
+    from bertknn_search.backends import open_backend
+
+    try:
+        backend = open_backend(config)
+    except BertKnnError:
+        return False
+    try:
+        held = backend.stats()
+    finally:
+        backend.close()
+    return held.articles > 0 and held.encoded_articles >= held.articles and not held.partial_articles
 
 
 def ablate(

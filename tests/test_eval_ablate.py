@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from bertknn_search import session
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.ablate import check_variants, variants
+from bertknn_search.query.search import Searcher
 from tests.test_cli_eval import table_rows, write_questions
 
 
@@ -51,7 +53,9 @@ def test_indexes_need_distinct_names(tmp_path: Path) -> None:
 
 def test_no_ir_on_a_lazy_index_is_refused_before_anything_runs(tmp_path: Path) -> None:
     found = variants([Config(index=tmp_path / "idx", contexts="lazy")], {"use_ir": [True, False]})
-    with pytest.raises(ConfigError, match=r"^run noir searches every context .* is lazy; build an eager"):
+    with pytest.raises(
+        ConfigError, match=r"^run noir searches every context .* is lazy and not every article is encoded"
+    ):
         check_variants(found)
 
 
@@ -115,7 +119,11 @@ def test_eval_ablate_compares_store_choices_across_indexes(
     assert header == f"| Corpus | Relation | Facts | {built_index.index.name} | nostop |"
 
 
-def test_eval_ablate_refuses_no_ir_on_a_lazy_index(tiny_model: Path, corpus: Path, tmp_path: Path) -> None:
+def test_eval_ablate_refuses_no_ir_on_a_lazy_index_until_it_is_encoded_whole(
+    tiny_model: Path, corpus: Path, tmp_path: Path
+) -> None:
+    """Refused in one line while an article is not encoded; once every article is, the no-IR run searches
+    the whole store as on an eager index."""
     lazy = tmp_path / "lazy"
     made = CliRunner().invoke(
         main,
@@ -128,5 +136,18 @@ def test_eval_ablate_refuses_no_ir_on_a_lazy_index(tiny_model: Path, corpus: Pat
     r = CliRunner().invoke(main, [*ablate, "--out", str(tmp_path / "x")])
     assert r.exit_code == 1
     assert r.output.startswith("Error: run noir searches every context (no IR), but the index at")
+    assert "not every article is encoded" in r.output
     assert len(r.output.splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+    searcher = Searcher.open(session.open_index({"index": lazy}).config)
+    try:
+        ids = [hit.id for hit in searcher.backend.list_titles("", 10_000)]
+        searcher.backend.ensure_contexts(ids)
+        held = searcher.backend.stats()
+    finally:
+        searcher.close()
+    assert held.encoded_articles == held.articles > 0
+    r = CliRunner().invoke(main, [*ablate, "--out", str(tmp_path / "x"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert {row[0] for row in table_rows(r.output, "Run")} == {"ir", "noir"}
