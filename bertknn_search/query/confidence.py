@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -54,11 +54,9 @@ class Signals:
         nearest: squared distance of the nearest neighbour (inf without neighbours).
         contexts: contexts the searched articles hold (encoded or not; ``neighbors`` where unknown).
         coverage: share of those contexts the answer could see (1: whole articles).
-        kind, majority: the top answer's kind and the kind most of the neighbours' kNN probability holds
-            (``answer_kinds``; "word" in checkpoints written before they were recorded).
-        kind_share: the share of the kNN probability on answers of the top answer's kind.
-        bert_kind_share, bert_p: BERT's probability mass on that kind and on the answer; None without
-            an MLM head.
+        kinds: the answer's kind against its neighbours' (``answer_kinds.KindSignals``; "word" for all in
+            checkpoints written before they were recorded). Its fields read as ``kind``, ``majority``,
+            ``kind_share``, ``bert_kind_share`` and ``bert_p`` here and in the JSON.
     """
 
     top1: float
@@ -71,11 +69,32 @@ class Signals:
     nearest: float
     contexts: int
     coverage: float
-    kind: str = "word"
-    majority: str = "word"
-    kind_share: float = 1.0
-    bert_kind_share: float | None = None
-    bert_p: float | None = None
+    kinds: KindSignals = field(default_factory=KindSignals)
+
+    @property
+    def kind(self) -> str:
+        """The top answer's kind."""
+        return self.kinds.kind
+
+    @property
+    def majority(self) -> str:
+        """The kind that holds most of the neighbours' kNN probability."""
+        return self.kinds.majority
+
+    @property
+    def kind_share(self) -> float:
+        """The share of the kNN probability on answers of the top answer's kind."""
+        return self.kinds.share
+
+    @property
+    def bert_kind_share(self) -> float | None:
+        """BERT's probability mass on the top answer's kind; None without an MLM head."""
+        return self.kinds.bert_share
+
+    @property
+    def bert_p(self) -> float | None:
+        """BERT's probability of the top answer; None without an MLM head."""
+        return self.kinds.bert_p
 
     @property
     def share(self) -> float:
@@ -89,7 +108,7 @@ class Signals:
     @property
     def kind_agrees(self) -> bool:
         """Whether the answer has the kind most of the neighbours hold."""
-        return self.kind == self.majority
+        return self.kinds.agree
 
 
 # The fit's inputs, each a number computed from the signals. Counts enter as logs: one vote more
@@ -148,15 +167,8 @@ def signals_of(
     contexts = total if total else n
     share_seen = min(seen / total, 1.0) if total else 1.0
     k = kinds or KindSignals()
-    of_kind = {
-        "kind": k.kind,
-        "majority": k.majority,
-        "kind_share": k.share,
-        "bert_kind_share": k.bert_share,
-        "bert_p": k.bert_p,
-    }
     if top is None or n == 0:
-        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen, **of_kind)
+        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen, k)
     holds = nb.token_ids == top
     nearest_first = np.argsort(nb.distances, kind="stable")
     return Signals(
@@ -170,7 +182,7 @@ def signals_of(
         nearest=float(nb.distances[nearest_first[0]]),
         contexts=contexts,
         coverage=share_seen,
-        **of_kind,
+        kinds=k,
     )
 
 
@@ -430,10 +442,17 @@ def judge(
     )
 
 
+# The kind signals' names in the JSON (checkpoints, ``eval calibrate``), flat beside the others.
+_KIND_JSON = {"kind": "kind", "majority": "majority", "share": "kind_share"}
+_KIND_JSON |= {"bert_share": "bert_kind_share", "bert_p": "bert_p"}
+
+
 def signals_json(found: Signals) -> dict[str, Any]:
-    """``found`` as JSON: floats rounded (a batch of another shape moves the last bits), no infinity."""
+    """``found`` as JSON, flat: floats rounded (a batch of another shape moves the last bits), no infinity."""
+    flat = {f.name: getattr(found, f.name) for f in fields(found) if f.name != "kinds"}
+    flat |= {_KIND_JSON[name]: value for name, value in asdict(found.kinds).items()}
     out: dict[str, Any] = {}
-    for name, value in asdict(found).items():
+    for name, value in flat.items():
         if isinstance(value, float):
             value = None if math.isinf(value) else round(value, 6)
         out[name] = value
@@ -442,5 +461,7 @@ def signals_json(found: Signals) -> dict[str, Any]:
 
 def signals_from_json(data: Mapping[str, Any]) -> Signals:
     """``signals_json``'s inverse."""
-    nearest = data.get("nearest")
-    return Signals(**{**data, "nearest": math.inf if nearest is None else nearest})
+    rest = dict(data)
+    kinds = KindSignals(**{name: rest.pop(key) for name, key in _KIND_JSON.items() if key in rest})
+    nearest = rest.get("nearest")
+    return Signals(**{**rest, "nearest": math.inf if nearest is None else nearest, "kinds": kinds})
