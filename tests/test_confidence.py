@@ -173,13 +173,36 @@ def test_a_fit_of_a_logistic_truth_is_calibrated_on_left_out_relations() -> None
 
 
 def test_bands_ece_and_auc() -> None:
-    assert choose_bands(np.linspace(0, 1, 101), high_share=0.2, low_share=0.4) == (0.8, 0.4)
     assert auc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
     assert auc([0.5, 0.5], [True, False]) == 0.5 and auc([0.5, 0.6], [True, True]) is None
     p = [0.05] * 100 + [0.95] * 100
     hits = [i < 5 for i in range(100)] + [i < 95 for i in range(100)]
     assert ece(p, hits) == pytest.approx(0.0) and ece([0.9] * 10, [False] * 10) == pytest.approx(0.9)
     assert [(b["answers"], b["low"]) for b in reliability(p, hits)] == [(100, 0.0), (100, 0.9)]
+
+
+def test_bands_are_probabilities_checked_on_left_out_answers() -> None:
+    # A calibrated p (each answer right with its own p): the bands are p < 0.05 and p >= 0.5 themselves.
+    p = np.repeat(np.arange(1, 100) / 100, 100)
+    hits = np.concatenate([np.arange(100) < round(x * 100) for x in np.arange(1, 100) / 100])
+    assert choose_bands(p, hits) == (0.5, 0.05)
+    # The bottom right more often than p says: "low" shrinks until the answers under it are right <= 5%.
+    wrong_low = hits | ((p == 0.03) & (np.arange(len(p)) % 100 < 40))
+    assert choose_bands(p, wrong_low) == (0.5, 0.03)
+    # A strong model: nearly everything right; "low" may hold nothing, "high" stays p >= 0.5.
+    high, medium = choose_bands(p, np.ones(len(p), dtype=bool))
+    assert high == 0.5 and not (p < medium).any()
+    # The top right less often than p says: "high" rises until the answers at or above it are right
+    # half the time; only the answers that may be "high" (eligible) count.
+    over_sure = hits & ~((p >= 0.5) & (p < 0.8))
+    high, _ = choose_bands(p, over_sure)
+    assert high > 0.5 and over_sure[p >= high].mean() >= 0.5
+    assert over_sure[p >= high - 0.01].mean() < 0.5
+    eligible = p >= 0.8  # the over-sure answers never may be "high": they do not pull the cut up
+    assert choose_bands(p, over_sure, eligible)[0] == 0.5
+    # No left-out answer right enough anywhere: no cut is "high" by the data, none is "low" by force.
+    assert choose_bands([0.6, 0.7], [False, False]) == (0.71, 0.05)
+    assert choose_bands([], []) == (0.5, 0.05)
 
 
 def test_a_fit_round_trips_and_a_bad_one_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
