@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy as np
 
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.report import plot_reliability, render_calibration
+from bertknn_search.query.answer_kinds import KindSignals, kind_of
 from bertknn_search.query.confidence import (
     FEATURES,
     FIT_FILE,
@@ -392,6 +394,45 @@ def from_lines(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
         if not said or line.get("skipped") or "bert_knn" not in ranks:
             continue
         out.append(Measured(line["key"], line["relation"], signals_from_json(said), ranks["bert_knn"] == 1))
+    return out
+
+
+# BERT's answer alone is read from its own top-1 probability and whether its kind is the neighbours'
+# (``bert_alone_rows``): what an evaluation records of it.
+BERT_ALONE_FEATURES = ("top1", "kind_agree")
+
+
+def bert_alone_rows(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
+    """BERT's own answers (no kNN) in an evaluation's checkpoint lines, as calibration rows: its top-1
+    probability (the line's ``signals``), its top word's kind against the neighbours' majority kind,
+    whether it is right; its votes are BERT-kNN's where both put the same word first, else unknown (0:
+    such an answer counts as one that may not be "high"). Lines of a model without an MLM head hold none.
+    """
+    out = []
+    for line in lines:
+        ranks = line.get("ranks") or {}
+        top1 = (line.get("signals") or {}).get("top1")
+        words = (line.get("top") or {}).get("bert") or []
+        if line.get("skipped") or "bert" not in ranks or top1 is None or not words:
+            continue
+        said = line.get("confidence_signals") or {}
+        mine = kind_of(words[0])
+        same = bool(said) and words[0] == ((line.get("top") or {}).get("bert_knn") or [None])[0]
+        n = int(line.get("neighbors") or 0)
+        found = Signals(
+            top1=float(top1),
+            margin=0.0,
+            votes=int(said.get("votes", 0)) if same else 0,
+            neighbors=n,
+            near_votes=0.0,
+            agree=False,
+            distinct=0.0,
+            nearest=math.inf,
+            contexts=n,
+            coverage=float(said.get("coverage", 1.0)),
+            kinds=KindSignals(mine, str(said.get("majority", mine)), bert_p=float(top1)),
+        )
+        out.append(Measured(line["key"], line["relation"], found, ranks["bert"] == 1))
     return out
 
 

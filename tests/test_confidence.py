@@ -15,8 +15,10 @@ from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.calibration import (
+    BERT_ALONE_FEATURES,
     Measured,
     auc,
+    bert_alone_rows,
     calibrate,
     choose_bands,
     ece,
@@ -148,6 +150,37 @@ def test_logistic_regression_finds_the_weights() -> None:
     coef, intercept = logistic(x, y, l2=0.0)
     assert coef[0] == pytest.approx(1.5, abs=0.15) and abs(coef[1]) < 0.15
     assert intercept == pytest.approx(-0.5, abs=0.15)
+
+
+def test_bert_alone_rows_read_berts_own_answer_from_a_checkpoint() -> None:
+    said = signals_json(Signals(0.4, 0.2, 7, 30, 0.5, True, 0.3, 1.0, 30, 1.0))
+    said |= {"majority": "word"}
+    line = {"key": "T/P19/1", "relation": "P19", "neighbors": 30, "signals": {"top1": 0.6}}
+    lines = [
+        line
+        | {"ranks": {"bert": 1, "bert_knn": 1}, "top": {"bert": ["paris"], "bert_knn": ["paris"]}}
+        | {"confidence_signals": said},
+        line
+        | {
+            "key": "T/P19/2",
+            "ranks": {"bert": 2, "bert_knn": 1},
+            "top": {"bert": ["1960"], "bert_knn": ["rome"]},
+        }
+        | {"confidence_signals": said},
+        line | {"key": "T/P19/3", "skipped": "no article", "ranks": {}},
+        line
+        | {"key": "T/P19/4", "ranks": {"knn": 1, "bert_knn": 1}, "top": {"knn": ["x"], "bert_knn": ["x"]}},
+    ]
+    same, other = bert_alone_rows(lines)
+    assert (same.hit, same.signals.top1, same.signals.votes, same.signals.kind_agrees) == (True, 0.6, 7, True)
+    # BERT put another word first than BERT-kNN: its votes are unknown (0), its kind is its own word's.
+    assert (other.hit, other.signals.votes, other.signals.kind, other.signals.majority) == (
+        False,
+        0,
+        "year",
+        "word",
+    )
+    assert fit([same, other] * 3, ("top1", "kind_agree")).features == BERT_ALONE_FEATURES
 
 
 def test_each_relation_is_scored_by_a_fit_that_never_saw_it() -> None:
