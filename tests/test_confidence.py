@@ -183,6 +183,17 @@ def test_bert_alone_rows_read_berts_own_answer_from_a_checkpoint() -> None:
     assert fit([same, other] * 3, ("top1", "kind_agree")).features == BERT_ALONE_FEATURES
 
 
+def test_a_top1_fit_gives_the_answers_own_probability_and_round_trips() -> None:
+    alone = Fit((), (), (), (), 0.0, 0.5, 0.05, {"model": "m"}, p_from="top1")
+    rows = [Signals(t, 0.0, 3, 9, 0.3, True, 0.2, 1.0, 9, 1.0) for t in (0.02, 0.3, 0.9)]
+    assert alone.probability(rows).tolist() == [0.02, 0.3, 0.9]
+    assert [alone.level(p, 3) for p in (0.02, 0.3, 0.9)] == ["low", "medium", "high"]
+    assert Fit.from_json(alone.as_json(), "test") == alone
+    assert Fit.from_json({k: v for k, v in shipped().as_json().items() if k != "p_from"}, "t").p_from == "fit"
+    with pytest.raises(ConfigError, match="p_from 'bert'"):
+        Fit.from_json({**alone.as_json(), "p_from": "bert"}, "test")
+
+
 def test_each_relation_is_scored_by_a_fit_that_never_saw_it() -> None:
     rows = synthetic()
     p = left_out(rows)

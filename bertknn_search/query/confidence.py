@@ -4,14 +4,16 @@ right, and a band ("high", "medium", "low") that cuts ``p``.
 ``p`` is a logistic regression over the signals an answer already has (its votes and neighbours, the
 nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw), mapped
 through an isotonic curve to the share of such answers that were right. The
-shipped coefficients (``confidence_fit.json``) were fitted by ``benchmarks/bench_confidence.py`` on the
-LAMA T-REx relations in ``../shared/data`` with all-MiniLM-L6-v2 (kNN alone), each relation's answers
-scored by a fit made without that relation (``docs/evaluation.md#confidence``). ``eval calibrate`` fits
+shipped fits (``SHIPPED``: all-MiniLM-L6-v2's kNN answers, BERT-base's BERT-kNN and BERT-alone answers)
+were fitted by ``benchmarks/bench_confidence.py`` on the LAMA T-REx relations in ``../shared/data`` and
+date relations built from their evidences, checked on whole relations and whole kinds of relation left
+out (``docs/evaluation.md#confidence``). ``eval calibrate`` fits
 them again for another model or corpus and stores the fit in the index folder (``FIT_FILE``), where the
 Searcher reads it.
 
 An answer without neighbours (no article found, or the adaptive gate skipped retrieval) is BERT's alone:
-its ``p`` is BERT's top-1 probability, which no fit here has checked.
+its ``p`` is BERT's top-1 probability, as for an index answering by BERT alone (checked on BERT-base's
+answers: ``confidence_fit_bert.json``), and never "high" (no votes).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ NEAR = 10  # the nearest neighbours ``near_votes`` counts
 MIN_HIGH_VOTES = 2  # one neighbour holding the answer is never "high", whatever p says
 FIT_FILE = "confidence-fit.json"  # in the index folder: the fit ``eval calibrate`` stored
 FIT_FORMAT = 1
+P_FROM = ("fit", "top1")  # where a fit's p comes from (``Fit.p_from``)
 
 
 @dataclass(frozen=True)
@@ -201,6 +204,8 @@ class Fit:
             (linear between points), which corrects a sigmoid too steep or too flat for the data
             (isotonic regression); () keeps the regression's p.
         about: what it was fitted on (model, relations, answers) and how it did on left-out relations.
+        p_from: "fit" (the regression and curve), or "top1": ``p`` is the answer's top-1 probability
+            itself, no regression (BERT's answers alone, where no fit of it checked better than it).
     """
 
     features: tuple[str, ...]
@@ -214,6 +219,7 @@ class Fit:
     curve: tuple[tuple[float, float], ...] = ()
     lower: tuple[float, ...] = ()
     upper: tuple[float, ...] = ()
+    p_from: str = "fit"
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -234,6 +240,7 @@ class Fit:
             if not rising or any(not 0.0 <= v <= 1.0 for point in self.curve for v in point)
             else "",
             "lower bounds above upper ones" if any(a > b for a, b in zip(self.lower, self.upper)) else "",
+            f"p_from {self.p_from!r}, not one of {P_FROM}" if self.p_from not in P_FROM else "",
         ]
         if any(problems):
             raise ValueError("; ".join(x for x in problems if x))
@@ -248,6 +255,8 @@ class Fit:
 
     def probability(self, rows: Sequence[Signals]) -> np.ndarray:
         """``p`` of each answer."""
+        if self.p_from == "top1":
+            return np.clip(np.array([s.top1 for s in rows], dtype=np.float64), 0.0, 1.0)
         z = self.matrix(rows) @ np.asarray(self.coef) + self.intercept
         p = 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
         if not self.curve:
@@ -292,6 +301,7 @@ class Fit:
                 tuple((float(x), float(y)) for x, y in data.get("curve") or ()),
                 tuple(float(v) for v in data.get("lower") or ()),
                 tuple(float(v) for v in data.get("upper") or ()),
+                str(data.get("p_from", "fit")),
             )
         except KeyError as exc:
             raise ConfigError(f"confidence fit {where} is refused: no {exc}; {what_to_do(where)}") from None
@@ -306,8 +316,9 @@ class Fit:
 
 # The shipped fits, each for the answers of one kind of model and method (``about.applies_to``); the
 # first is the fallback for a model and method none of them names: MiniLM's kNN answers, then
-# bert-base-uncased's BERT-kNN answers (docs/evaluation.md#confidence).
-SHIPPED: tuple[str, ...] = ("confidence_fit.json", "confidence_fit_bert_knn.json")
+# bert-base-uncased's BERT-kNN answers, and BERT's answers alone (λ = 0), whose p is BERT's own top-1
+# probability (``p_from`` "top1": no fit of it checked better) (docs/evaluation.md#confidence).
+SHIPPED: tuple[str, ...] = ("confidence_fit.json", "confidence_fit_bert_knn.json", "confidence_fit_bert.json")
 METHODS = ("knn", "bert", "interpolated")
 
 
