@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from bench_whole_word import minilm
 from common import environment, load_average, write_results
 
@@ -43,6 +44,7 @@ from bertknn_search.eval.calibration import (
     Measured,
     bert_alone_rows,
     calibrate,
+    choose_bands,
     ece,
     from_lines,
     kind,
@@ -56,6 +58,7 @@ from bertknn_search.eval.harness import evaluate
 from bertknn_search.eval.report import plot_reliability
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.answer_kinds import MONTHS, kind_of
+from bertknn_search.query.confidence import MIN_HIGH_VOTES, Fit
 from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,21 +210,48 @@ def finish(
 
 
 def bert_alone(args: argparse.Namespace, lines: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    """BERT's own answers (no kNN) in ``lines``: their fit of ``p`` (top-1 probability and kind) checked
-    on relations and kinds left out, written to ``--bert-fit``; None for a model without an MLM head."""
+    """BERT's own answers (no kNN) in ``lines``: their ``p`` as BERT's top-1 probability itself, the bands
+    chosen on it (``choose_bands``; no fit, so every answer is out of sample), checked overall and per kind
+    and written to ``--bert-fit``; beside it, for comparison, a fit of ``p`` on the top-1 probability and
+    the kind checked on relations and kinds left out. None for a model without an MLM head."""
     rows = bert_alone_rows(lines)
     if len({r.relation for r in rows}) < 2 or len({r.hit for r in rows}) < 2:
         return None
+    p = np.array([r.signals.top1 for r in rows])
+    hits = [r.hit for r in rows]
+    eligible = [r.signals.votes >= MIN_HIGH_VOTES and r.signals.kind_agrees for r in rows]
+    high, medium = choose_bands(p, hits, eligible)
     about = {
         "model": f"{name} (BERT alone), layer {args.layer}, {args.mask_policy}",
+        "p": "BERT's own top-1 probability (no fit: a fit of it checked worse on relations and kinds"
+        " left out)",
         "data": f"BERT's own answers to the questions of {args.data or 'this run'} ({len(rows):,})",
-        "fitted_by": "benchmarks/bench_confidence.py",
+        "fitted_by": "benchmarks/bench_confidence.py --bert-fit (bands only)",
         "applies_to": {"methods": ["bert"], "models": [name.lower()]},
     }
-    fit, report = calibrate(rows, BERT_ALONE_FEATURES, about)
+    top1 = Fit((), (), (), (), 0.0, high, medium, about, p_from="top1")
+    check: dict[str, Any] = {"bands": {"high": high, "medium": medium}, "all": summary(rows, p, top1)}
+    for name_ in sorted({kind(r.relation) for r in rows}):
+        mine = [i for i, r in enumerate(rows) if kind(r.relation) == name_]
+        check[name_] = summary([rows[i] for i in mine], p[mine], top1)
+    head = check["all"]
+    info = {"left_out": {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}}
+    info["bands_P@1"] = {level: head["bands"][level]["P@1"] for level in ("high", "medium", "low")}
+    top1 = dataclasses.replace(top1, about={**about, **info})
     if args.bert_fit:
-        fit.save(args.bert_fit)
-    return {"fit": fit.as_json(), "calibration": report}
+        top1.save(args.bert_fit)
+    _, fitted = calibrate(rows, BERT_ALONE_FEATURES)
+    return {
+        "fit": top1.as_json(),
+        "top1": check,
+        "reliability": reliability(p, hits),
+        "fitted_for_comparison": {
+            "features": list(BERT_ALONE_FEATURES),
+            "bands": fitted["bands"],
+            "left_out": fitted["left_out"],
+            "kinds_left_out": fitted.get("kinds_left_out"),
+        },
+    }
 
 
 def from_checkpoint(args: argparse.Namespace) -> None:

@@ -340,13 +340,16 @@ def calibrate(
     if len(relations) < 2:
         raise ValueError("a fit checked on left-out relations needs facts of two relations or more")
     p = left_out(rows, features)
-    # The levels are cut where whole answers' p lies (partial ones, in the fit to teach it what coverage
-    # means, would pull the cuts down to the starved answers' p), so "high" means one thing everywhere.
+    # "High" is cut where whole answers' p lies (partial ones, in the fit to teach it what coverage means,
+    # would pull it down to the starved answers' p), so that it means one thing everywhere; "low" is cut
+    # on all answers, so that a partial answer that is "low" is mostly wrong too (BERT-kNN's partial
+    # answers, whose BERT part sees the whole question, are right more often than their coverage says).
     whole = np.array([not r.signals.partial for r in rows])
     chosen = whole if whole.any() else np.ones(len(rows), dtype=bool)
     hits = np.array([r.hit for r in rows])
     eligible = np.array([r.signals.votes >= MIN_HIGH_VOTES and r.signals.kind_agrees for r in rows])
-    high, medium = choose_bands(p[chosen], hits[chosen], eligible[chosen])
+    high = choose_bands(p[chosen], hits[chosen], eligible[chosen])[0]
+    medium = min(choose_bands(p, hits, eligible)[1], high)
     check_model = fit(rows, features, (high, medium))
     report: dict[str, Any] = {
         "method": "a logistic regression mapped through an isotonic curve",
