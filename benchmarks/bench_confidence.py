@@ -34,13 +34,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from bench_whole_word import minilm
 from common import environment, load_average, write_results
 
 from bertknn_search.config import Config
 from bertknn_search.eval.calibration import (
+    BERT_ALONE_FEATURES,
     Measured,
+    bert_alone_rows,
     calibrate,
+    choose_bands,
     ece,
     from_lines,
     kind,
@@ -54,6 +58,7 @@ from bertknn_search.eval.harness import evaluate
 from bertknn_search.eval.report import plot_reliability
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.answer_kinds import MONTHS, kind_of
+from bertknn_search.query.confidence import MIN_HIGH_VOTES, Fit
 from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,41 +195,113 @@ def finish(
     hits: list[bool],
     title: str,
 ) -> None:
-    """The reliability diagram of ``p`` (with ``--out``), the fit (with ``--write-fit``), the results."""
+    """The reliability diagrams of ``p`` and of kinds left out (with ``--out``), the fit (with
+    ``--write-fit``), the results."""
     if args.out:
         plot_reliability(reliability(p, hits), ece(p, hits), args.out.with_suffix(".png"), title)
+        check = results["calibration"]
+        if check.get("reliability_kinds_left_out"):  # each kind scored by a fit that never saw it
+            where = args.out.with_name(f"{args.out.stem}-kinds.png")
+            kinds_ece = check["kinds_left_out"]["all"]["ece"]
+            plot_reliability(check["reliability_kinds_left_out"], kinds_ece, where, "p, kinds left out")
     if args.write_fit:
         fit.save(args.write_fit)
     write_results(args.out, results)
 
 
+def bert_alone(args: argparse.Namespace, lines: Sequence[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """BERT's own answers (no kNN) in ``lines``: their ``p`` as BERT's top-1 probability itself, the bands
+    chosen on it (``choose_bands``; no fit, so every answer is out of sample), checked overall and per kind
+    and written to ``--bert-fit``; beside it, for comparison, a fit of ``p`` on the top-1 probability and
+    the kind checked on relations and kinds left out. None for a model without an MLM head."""
+    rows = bert_alone_rows(lines)
+    if len({r.relation for r in rows}) < 2 or len({r.hit for r in rows}) < 2:
+        return None
+    p = np.array([r.signals.top1 for r in rows])
+    hits = [r.hit for r in rows]
+    eligible = [r.signals.votes >= MIN_HIGH_VOTES and r.signals.kind_agrees for r in rows]
+    high, medium = choose_bands(p, hits, eligible)
+    about = {
+        "model": f"{name} (BERT alone), layer {args.layer}, {args.mask_policy}",
+        "p": "BERT's own top-1 probability (no fit: a fit of it checked worse on relations and kinds"
+        " left out)",
+        "data": f"BERT's own answers to the questions of {args.data or 'this run'} ({len(rows):,})",
+        "fitted_by": "benchmarks/bench_confidence.py --bert-fit (bands only)",
+        "applies_to": {"methods": ["bert"], "models": [name.lower()]},
+    }
+    top1 = Fit((), (), (), (), 0.0, high, medium, about, p_from="top1")
+    check: dict[str, Any] = {"bands": {"high": high, "medium": medium}, "all": summary(rows, p, top1)}
+    for name_ in sorted({kind(r.relation) for r in rows}):
+        mine = [i for i, r in enumerate(rows) if kind(r.relation) == name_]
+        check[name_] = summary([rows[i] for i in mine], p[mine], top1)
+    head = check["all"]
+    info = {"left_out": {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}}
+    info["bands_P@1"] = {level: head["bands"][level]["P@1"] for level in ("high", "medium", "low")}
+    top1 = dataclasses.replace(top1, about={**about, **info})
+    if args.bert_fit:
+        top1.save(args.bert_fit)
+    _, fitted = calibrate(rows, BERT_ALONE_FEATURES)
+    return {
+        "fit": top1.as_json(),
+        "top1": check,
+        "reliability": reliability(p, hits),
+        "fitted_for_comparison": {
+            "features": list(BERT_ALONE_FEATURES),
+            "bands": fitted["bands"],
+            "left_out": fitted["left_out"],
+            "kinds_left_out": fitted.get("kinds_left_out"),
+        },
+    }
+
+
 def from_checkpoint(args: argparse.Namespace) -> None:
-    """Fit and check ``p`` on the answers of an evaluation's checkpoint (``--from-checkpoint``)."""
+    """Fit and check ``p`` on the answers of evaluations' checkpoints (``--from-checkpoint``): every
+    answer of the first, the partial answers of the others (budget runs)."""
     load = load_average()
-    checkpoint = args.from_checkpoint
-    lines = [json.loads(t) for t in checkpoint.read_text(encoding="utf-8").splitlines() if t.strip()]
-    rows = from_lines(lines)
-    run = json.loads((checkpoint.parent / "run.json").read_text(encoding="utf-8"))
+    first, *others = args.from_checkpoint
+    lines = [json.loads(t) for t in first.read_text(encoding="utf-8").splitlines() if t.strip()]
+    exact = from_lines(lines)
+    partial: list[Measured] = []
+    for other in others:
+        text = other.read_text(encoding="utf-8").splitlines()
+        rows = from_lines(json.loads(t) for t in text if t.strip())
+        partial += [
+            dataclasses.replace(r, key=f"{r.key}#{other.parent.name}") for r in rows if r.signals.partial
+        ]
+    rows = [*exact, *partial]
+    run = json.loads((first.parent / "run.json").read_text(encoding="utf-8"))
     name = Path(args.model or "model").name
     method = "kNN alone" if args.method == "knn" else "BERT-kNN, lambda 0.3"
     about = {
-        "model": f"{name} ({method}), layer {args.layer}",
-        "data": f"the answers of {checkpoint} ({len(rows):,})",
+        "model": f"{name} ({method}), layer {args.layer}, {args.mask_policy}",
+        "data": args.data or f"the answers of {first} ({len(rows):,})",
         "fitted_by": "benchmarks/bench_confidence.py --from-checkpoint",
         "applies_to": {"methods": [args.method], "models": [name.lower()]},
     }
     fit, report = calibrate(rows, about=about)
+    fits = left_out_fits(rows)
     results = {
         "environment": environment("cpu"),
         "load_average_before": load,
+        "checkpoints": [str(p) for p in args.from_checkpoint],
         "run": run,
         "fit": fit.as_json(),
         "calibration": report,
-        "same_kind": same_kind_effect(checkpoint),
+        "exact_left_out": summary(exact, scored_left_out(exact, fits), fit),
+        "partial_left_out": summary(partial, scored_left_out(partial, fits), fit) if partial else None,
+        "same_kind": same_kind_effect(first),
+        "bert_alone": bert_alone(args, lines, name),
         "load_average_after": load_average(),
     }
-    p_rows = scored_left_out(rows, left_out_fits(rows)) if args.out else []
-    finish(args, results, fit, p_rows, [r.hit for r in rows], "p, relations left out")
+    p_rows = scored_left_out(exact, fits) if args.out else []
+    finish(
+        args,
+        results,
+        fit,
+        p_rows,
+        [r.hit for r in exact],
+        "exact answers, p from fits without their relation",
+    )
 
 
 def main() -> None:
@@ -245,9 +322,18 @@ def main() -> None:
     parser.add_argument(
         "--from-checkpoint",
         type=Path,
-        help="fit on an 'eval run' checkpoint (facts.jsonl) instead of building and answering (e.g. over a"
-        " copy of an index another run encoded); --model names the model for the fit's applies_to",
+        nargs="+",
+        help="fit on 'eval run' checkpoints (facts.jsonl: every answer of the first, the partial ones of"
+        " the others) instead of building and answering (e.g. this bench's own eval-exact and"
+        " eval-budget-N); --model names the model for the fit's applies_to",
     )
+    parser.add_argument(
+        "--mask-policy",
+        default="single-wordpiece-no-stopwords",
+        help="the index's mask policy, for the fit's about (--from-checkpoint; a built index has this one)",
+    )
+    parser.add_argument("--data", help="what the answers are, for the fit's about.data")
+    parser.add_argument("--bert-fit", type=Path, help="write the fit of BERT's own answers here")
     args = parser.parse_args()
     if args.from_checkpoint:
         from_checkpoint(args)
@@ -265,7 +351,7 @@ def main() -> None:
     base = Config(
         model=model,
         layer=args.layer,
-        mask_policy="single-wordpiece-no-stopwords",
+        mask_policy=args.mask_policy,
         index=args.work / "idx",
         contexts="eager",
     )
@@ -273,6 +359,8 @@ def main() -> None:
         ingest(corpus, base, progress=False)
     facts = read_facts(lama=lama, corpora=["T-REx"], relations=relations, per_relation=args.per_relation)
     exact, seconds = answered(base.replace(exact=True), facts, args.work / "eval-exact")
+    text = (args.work / "eval-exact" / "facts.jsonl").read_text(encoding="utf-8")
+    exact_lines = [json.loads(t) for t in text.splitlines() if t.strip()]
     subset = read_facts(lama=lama, corpora=["T-REx"], relations=relations, per_relation=args.partial_facts)
     partial: list[Measured] = []
     partial_runs = []
@@ -288,12 +376,14 @@ def main() -> None:
         )
     about = {
         "model": f"{name} ({'kNN alone' if args.method == 'knn' else 'BERT-kNN, lambda 0.3'}), layer"
-        f" {args.layer}, single-wordpiece-no-stopwords",
+        f" {args.layer}, {args.mask_policy}",
         "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, and year (P569)"
         " and month (P0569) of birth facts built from T-REx evidences; evidence corpus",
         "fitted_by": "benchmarks/bench_confidence.py",
         "applies_to": {"methods": [args.method], "models": [name.lower()]},
     }
+    if args.data:
+        about["data"] = args.data
     fit, report = calibrate([*exact, *partial], about=about)
     fits = left_out_fits([*exact, *partial])
     p_exact = scored_left_out(exact, fits)
@@ -330,6 +420,7 @@ def main() -> None:
         "partial_runs": partial_runs,
         "partial_left_out": summary(partial, p_partial, fit),
         "same_kind": same_kind_effect(args.work / "eval-exact" / "facts.jsonl"),
+        "bert_alone": bert_alone(args, exact_lines, name),
         "default_batch": {
             "answers": len(batch_rows),
             "partial": sum(r.signals.partial for r in batch_rows),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy as np
 
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.report import plot_reliability, render_calibration
+from bertknn_search.query.answer_kinds import KindSignals, kind_of
 from bertknn_search.query.confidence import (
     FEATURES,
     FIT_FILE,
@@ -35,10 +37,12 @@ DEFAULT_FEATURES = tuple(FEATURES)
 MIN_BLOCK = 50  # answers per step of the isotonic curve at least: fewer would follow noise
 L2 = 1.0  # ridge penalty on the standardised weights: keeps a small relation from swinging the fit
 BINS = 10  # equal-width bins of p for the ECE and the reliability diagram
-# Bands: "high" holds at most this share of the answers, from the top of p; "low" at least this share
-# from the bottom. Chosen on left-out relations (``choose_bands``).
-HIGH_SHARE = 0.2
-LOW_SHARE = 0.4
+# Bands, on the probability scale (``choose_bands``), so that they mean the same for every fit: "low" is
+# p below LOW_RIGHT at most, lowered until the left-out answers under it were right at most LOW_RIGHT of
+# the time; "high" is p of HIGH_RIGHT at least, raised until the left-out answers at or above it (that may
+# be "high": votes and kind) were right at least HIGH_RIGHT of the time.
+LOW_RIGHT = 0.05
+HIGH_RIGHT = 0.5
 # What a relation is about, for the per-kind numbers (LAMA T-REx; others count as "other").
 KINDS: dict[str, tuple[str, ...]] = {
     "places": ("P19", "P20", "P937", "P159", "P740", "P131", "P276"),
@@ -197,16 +201,39 @@ def kinds_left_out(
 
 
 def choose_bands(
-    p: Sequence[float], high_share: float = HIGH_SHARE, low_share: float = LOW_SHARE
+    p: Sequence[float],
+    hits: Sequence[bool],
+    eligible: Sequence[bool] | None = None,
+    low_right: float = LOW_RIGHT,
+    high_right: float = HIGH_RIGHT,
 ) -> tuple[float, float]:
-    """Thresholds (high, medium) on left-out ``p``: "high" the top ``high_share`` of answers, "low" the
-    bottom ``low_share``, rounded to two digits so that they read as the probabilities they are."""
-    values = np.sort(np.asarray(p, dtype=np.float64))
-    if not len(values):
-        return 1.0, 0.0
-    high = float(np.quantile(values, 1 - high_share))
-    medium = float(np.quantile(values, low_share))
-    return round(max(high, 0.01), 2), round(min(max(medium, 0.0), high), 2)
+    """Thresholds (high, medium) on left-out ``p``, on a grid of 0.01.
+
+    ``p`` is calibrated, so a band is first a probability: "low" is p < ``low_right`` (an answer's own
+    p says it is right at most that often) and "high" p >= ``high_right`` (at least as likely right as
+    wrong). The left-out answers then check the promise: "medium" (the top of "low") is lowered until
+    the answers under it were right at most ``low_right`` of the time, and "high" raised until the
+    answers at or above it that may be "high" (``eligible``: enough votes, the neighbours' kind) were
+    right at least ``high_right`` of the time. A strong model's "low" may thus hold few answers and a
+    weak one's "high" few: that is what they are worth.
+    """
+    pv = np.asarray(p, dtype=np.float64)
+    hv = np.asarray(hits, dtype=bool)
+    ev = np.ones(len(pv), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
+    grid = np.round(np.arange(0, 101) / 100, 2)
+    medium = 0.0
+    for cut in grid[grid <= low_right][::-1]:
+        under = pv < cut
+        if not under.any() or hv[under].mean() <= low_right:
+            medium = float(cut)
+            break
+    high = 1.0
+    for cut in grid[grid >= max(high_right, medium)]:
+        over = (pv >= cut) & ev
+        if not over.any() or hv[over].mean() >= high_right:
+            high = float(cut)
+            break
+    return high, medium
 
 
 def auc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
@@ -313,10 +340,16 @@ def calibrate(
     if len(relations) < 2:
         raise ValueError("a fit checked on left-out relations needs facts of two relations or more")
     p = left_out(rows, features)
-    # The levels are cut where whole answers' p lies (partial ones, in the fit to teach it what coverage
-    # means, would pull the cuts down to the starved answers' p), so "high" means one thing everywhere.
+    # "High" is cut where whole answers' p lies (partial ones, in the fit to teach it what coverage means,
+    # would pull it down to the starved answers' p), so that it means one thing everywhere; "low" is cut
+    # on all answers, so that a partial answer that is "low" is mostly wrong too (BERT-kNN's partial
+    # answers, whose BERT part sees the whole question, are right more often than their coverage says).
     whole = np.array([not r.signals.partial for r in rows])
-    high, medium = choose_bands(p[whole] if whole.any() else p)
+    chosen = whole if whole.any() else np.ones(len(rows), dtype=bool)
+    hits = np.array([r.hit for r in rows])
+    eligible = np.array([r.signals.votes >= MIN_HIGH_VOTES and r.signals.kind_agrees for r in rows])
+    high = choose_bands(p[chosen], hits[chosen], eligible[chosen])[0]
+    medium = min(choose_bands(p, hits, eligible)[1], high)
     check_model = fit(rows, features, (high, medium))
     report: dict[str, Any] = {
         "method": "a logistic regression mapped through an isotonic curve",
@@ -364,6 +397,45 @@ def from_lines(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
         if not said or line.get("skipped") or "bert_knn" not in ranks:
             continue
         out.append(Measured(line["key"], line["relation"], signals_from_json(said), ranks["bert_knn"] == 1))
+    return out
+
+
+# BERT's answer alone is read from its own top-1 probability and whether its kind is the neighbours'
+# (``bert_alone_rows``): what an evaluation records of it.
+BERT_ALONE_FEATURES = ("top1", "kind_agree")
+
+
+def bert_alone_rows(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
+    """BERT's own answers (no kNN) in an evaluation's checkpoint lines, as calibration rows: its top-1
+    probability (the line's ``signals``), its top word's kind against the neighbours' majority kind,
+    whether it is right; its votes are BERT-kNN's where both put the same word first, else unknown (0:
+    such an answer counts as one that may not be "high"). Lines of a model without an MLM head hold none.
+    """
+    out = []
+    for line in lines:
+        ranks = line.get("ranks") or {}
+        top1 = (line.get("signals") or {}).get("top1")
+        words = (line.get("top") or {}).get("bert") or []
+        if line.get("skipped") or "bert" not in ranks or top1 is None or not words:
+            continue
+        said = line.get("confidence_signals") or {}
+        mine = kind_of(words[0])
+        same = bool(said) and words[0] == ((line.get("top") or {}).get("bert_knn") or [None])[0]
+        n = int(line.get("neighbors") or 0)
+        found = Signals(
+            top1=float(top1),
+            margin=0.0,
+            votes=int(said.get("votes", 0)) if same else 0,
+            neighbors=n,
+            near_votes=0.0,
+            agree=False,
+            distinct=0.0,
+            nearest=math.inf,
+            contexts=n,
+            coverage=float(said.get("coverage", 1.0)),
+            kinds=KindSignals(mine, str(said.get("majority", mine)), bert_p=float(top1)),
+        )
+        out.append(Measured(line["key"], line["relation"], found, ranks["bert"] == 1))
     return out
 
 

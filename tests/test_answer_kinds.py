@@ -14,7 +14,7 @@ from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.eval.calibration import Measured, kinds_left_out
 from bertknn_search.output import render_answer, to_json
-from bertknn_search.query.answer_kinds import KindTable, kind_of
+from bertknn_search.query.answer_kinds import KindSignals, KindTable, kind_of
 from bertknn_search.query.confidence import Signals, assess, shipped
 from bertknn_search.records import Answer, Confidence, Neighbors, Prediction
 
@@ -144,8 +144,10 @@ def test_kinds_left_out_scores_each_kind_by_a_fit_that_never_saw_it() -> None:
                 1.0,
                 40,
                 1.0,
-                kind="year" if relation == "P569" else "word",
-                majority="year" if agrees == (relation == "P569") else "word",
+                KindSignals(
+                    kind="year" if relation == "P569" else "word",
+                    majority="year" if agrees == (relation == "P569") else "word",
+                ),
             )
             hit = bool(rng.random() < (votes / 50 if found.kind_agrees else 0.0))
             rows.append(Measured(f"{relation}/{i}", relation, found, hit))

@@ -15,8 +15,10 @@ from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.calibration import (
+    BERT_ALONE_FEATURES,
     Measured,
     auc,
+    bert_alone_rows,
     calibrate,
     choose_bands,
     ece,
@@ -150,6 +152,48 @@ def test_logistic_regression_finds_the_weights() -> None:
     assert intercept == pytest.approx(-0.5, abs=0.15)
 
 
+def test_bert_alone_rows_read_berts_own_answer_from_a_checkpoint() -> None:
+    said = signals_json(Signals(0.4, 0.2, 7, 30, 0.5, True, 0.3, 1.0, 30, 1.0))
+    said |= {"majority": "word"}
+    line = {"key": "T/P19/1", "relation": "P19", "neighbors": 30, "signals": {"top1": 0.6}}
+    lines = [
+        line
+        | {"ranks": {"bert": 1, "bert_knn": 1}, "top": {"bert": ["paris"], "bert_knn": ["paris"]}}
+        | {"confidence_signals": said},
+        line
+        | {
+            "key": "T/P19/2",
+            "ranks": {"bert": 2, "bert_knn": 1},
+            "top": {"bert": ["1960"], "bert_knn": ["rome"]},
+        }
+        | {"confidence_signals": said},
+        line | {"key": "T/P19/3", "skipped": "no article", "ranks": {}},
+        line
+        | {"key": "T/P19/4", "ranks": {"knn": 1, "bert_knn": 1}, "top": {"knn": ["x"], "bert_knn": ["x"]}},
+    ]
+    same, other = bert_alone_rows(lines)
+    assert (same.hit, same.signals.top1, same.signals.votes, same.signals.kind_agrees) == (True, 0.6, 7, True)
+    # BERT put another word first than BERT-kNN: its votes are unknown (0), its kind is its own word's.
+    assert (other.hit, other.signals.votes, other.signals.kind, other.signals.majority) == (
+        False,
+        0,
+        "year",
+        "word",
+    )
+    assert fit([same, other] * 3, ("top1", "kind_agree")).features == BERT_ALONE_FEATURES
+
+
+def test_a_top1_fit_gives_the_answers_own_probability_and_round_trips() -> None:
+    alone = Fit((), (), (), (), 0.0, 0.5, 0.05, {"model": "m"}, p_from="top1")
+    rows = [Signals(t, 0.0, 3, 9, 0.3, True, 0.2, 1.0, 9, 1.0) for t in (0.02, 0.3, 0.9)]
+    assert alone.probability(rows).tolist() == [0.02, 0.3, 0.9]
+    assert [alone.level(p, 3) for p in (0.02, 0.3, 0.9)] == ["low", "medium", "high"]
+    assert Fit.from_json(alone.as_json(), "test") == alone
+    assert Fit.from_json({k: v for k, v in shipped().as_json().items() if k != "p_from"}, "t").p_from == "fit"
+    with pytest.raises(ConfigError, match="p_from 'bert'"):
+        Fit.from_json({**alone.as_json(), "p_from": "bert"}, "test")
+
+
 def test_each_relation_is_scored_by_a_fit_that_never_saw_it() -> None:
     rows = synthetic()
     p = left_out(rows)
@@ -173,13 +217,36 @@ def test_a_fit_of_a_logistic_truth_is_calibrated_on_left_out_relations() -> None
 
 
 def test_bands_ece_and_auc() -> None:
-    assert choose_bands(np.linspace(0, 1, 101), high_share=0.2, low_share=0.4) == (0.8, 0.4)
     assert auc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
     assert auc([0.5, 0.5], [True, False]) == 0.5 and auc([0.5, 0.6], [True, True]) is None
     p = [0.05] * 100 + [0.95] * 100
     hits = [i < 5 for i in range(100)] + [i < 95 for i in range(100)]
     assert ece(p, hits) == pytest.approx(0.0) and ece([0.9] * 10, [False] * 10) == pytest.approx(0.9)
     assert [(b["answers"], b["low"]) for b in reliability(p, hits)] == [(100, 0.0), (100, 0.9)]
+
+
+def test_bands_are_probabilities_checked_on_left_out_answers() -> None:
+    # A calibrated p (each answer right with its own p): the bands are p < 0.05 and p >= 0.5 themselves.
+    p = np.repeat(np.arange(1, 100) / 100, 100)
+    hits = np.concatenate([np.arange(100) < round(x * 100) for x in np.arange(1, 100) / 100])
+    assert choose_bands(p, hits) == (0.5, 0.05)
+    # The bottom right more often than p says: "low" shrinks until the answers under it are right <= 5%.
+    wrong_low = hits | ((p == 0.03) & (np.arange(len(p)) % 100 < 40))
+    assert choose_bands(p, wrong_low) == (0.5, 0.03)
+    # A strong model: nearly everything right; "low" may hold nothing, "high" stays p >= 0.5.
+    high, medium = choose_bands(p, np.ones(len(p), dtype=bool))
+    assert high == 0.5 and not (p < medium).any()
+    # The top right less often than p says: "high" rises until the answers at or above it are right
+    # half the time; only the answers that may be "high" (eligible) count.
+    over_sure = hits & ~((p >= 0.5) & (p < 0.8))
+    high, _ = choose_bands(p, over_sure)
+    assert high > 0.5 and over_sure[p >= high].mean() >= 0.5
+    assert over_sure[p >= high - 0.01].mean() < 0.5
+    eligible = p >= 0.8  # the over-sure answers never may be "high": they do not pull the cut up
+    assert choose_bands(p, over_sure, eligible)[0] == 0.5
+    # No left-out answer right enough anywhere: no cut is "high" by the data, none is "low" by force.
+    assert choose_bands([0.6, 0.7], [False, False]) == (0.71, 0.05)
+    assert choose_bands([], []) == (0.5, 0.05)
 
 
 def test_a_fit_round_trips_and_a_bad_one_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]

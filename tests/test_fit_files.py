@@ -84,6 +84,10 @@ def test_the_shipped_fit_is_chosen_by_model_and_method_and_reset_goes_back(tmp_p
     )
     assert fit_and_name(tmp_path, "/cache/models/roberta", "interpolated")[1].endswith("_bert_knn.json")
     assert fit_and_name(tmp_path, "/cache/models/roberta", "knn")[1] == "shipped:confidence_fit.json"
+    # BERT's answers alone (λ = 0): p is BERT's own top-1 probability, with the bands checked on it.
+    alone, name = fit_and_name(tmp_path, "/cache/models/bert-base-uncased", "bert")
+    assert name == "shipped:confidence_fit_bert.json" and alone.p_from == "top1"
+    assert alone.about["applies_to"] == {"methods": ["bert"], "models": ["bert-base-uncased"]}
     model = Fit.from_json(good(), "test")
     model.save(tmp_path / FIT_FILE)
     assert fit_and_name(tmp_path, None, "knn") == (model, f"stored:{tmp_path / FIT_FILE}")

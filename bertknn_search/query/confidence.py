@@ -4,14 +4,16 @@ right, and a band ("high", "medium", "low") that cuts ``p``.
 ``p`` is a logistic regression over the signals an answer already has (its votes and neighbours, the
 nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw), mapped
 through an isotonic curve to the share of such answers that were right. The
-shipped coefficients (``confidence_fit.json``) were fitted by ``benchmarks/bench_confidence.py`` on the
-LAMA T-REx relations in ``../shared/data`` with all-MiniLM-L6-v2 (kNN alone), each relation's answers
-scored by a fit made without that relation (``docs/evaluation.md#confidence``). ``eval calibrate`` fits
+shipped fits (``SHIPPED``: all-MiniLM-L6-v2's kNN answers, BERT-base's BERT-kNN and BERT-alone answers)
+were fitted by ``benchmarks/bench_confidence.py`` on the LAMA T-REx relations in ``../shared/data`` and
+date relations built from their evidences, checked on whole relations and whole kinds of relation left
+out (``docs/evaluation.md#confidence``). ``eval calibrate`` fits
 them again for another model or corpus and stores the fit in the index folder (``FIT_FILE``), where the
 Searcher reads it.
 
 An answer without neighbours (no article found, or the adaptive gate skipped retrieval) is BERT's alone:
-its ``p`` is BERT's top-1 probability, which no fit here has checked.
+its ``p`` is BERT's top-1 probability, as for an index answering by BERT alone (checked on BERT-base's
+answers: ``confidence_fit_bert.json``), and never "high" (no votes).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -37,6 +39,7 @@ NEAR = 10  # the nearest neighbours ``near_votes`` counts
 MIN_HIGH_VOTES = 2  # one neighbour holding the answer is never "high", whatever p says
 FIT_FILE = "confidence-fit.json"  # in the index folder: the fit ``eval calibrate`` stored
 FIT_FORMAT = 1
+P_FROM = ("fit", "top1")  # where a fit's p comes from (``Fit.p_from``)
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,9 @@ class Signals:
         nearest: squared distance of the nearest neighbour (inf without neighbours).
         contexts: contexts the searched articles hold (encoded or not; ``neighbors`` where unknown).
         coverage: share of those contexts the answer could see (1: whole articles).
-        kind, majority: the top answer's kind and the kind most of the neighbours' kNN probability holds
-            (``answer_kinds``; "word" in checkpoints written before they were recorded).
-        kind_share: the share of the kNN probability on answers of the top answer's kind.
-        bert_kind_share, bert_p: BERT's probability mass on that kind and on the answer; None without
-            an MLM head.
+        kinds: the answer's kind against its neighbours' (``answer_kinds.KindSignals``; "word" for all in
+            checkpoints written before they were recorded). Its fields read as ``kind``, ``majority``,
+            ``kind_share``, ``bert_kind_share`` and ``bert_p`` here and in the JSON.
     """
 
     top1: float
@@ -71,11 +72,32 @@ class Signals:
     nearest: float
     contexts: int
     coverage: float
-    kind: str = "word"
-    majority: str = "word"
-    kind_share: float = 1.0
-    bert_kind_share: float | None = None
-    bert_p: float | None = None
+    kinds: KindSignals = field(default_factory=KindSignals)
+
+    @property
+    def kind(self) -> str:
+        """The top answer's kind."""
+        return self.kinds.kind
+
+    @property
+    def majority(self) -> str:
+        """The kind that holds most of the neighbours' kNN probability."""
+        return self.kinds.majority
+
+    @property
+    def kind_share(self) -> float:
+        """The share of the kNN probability on answers of the top answer's kind."""
+        return self.kinds.share
+
+    @property
+    def bert_kind_share(self) -> float | None:
+        """BERT's probability mass on the top answer's kind; None without an MLM head."""
+        return self.kinds.bert_share
+
+    @property
+    def bert_p(self) -> float | None:
+        """BERT's probability of the top answer; None without an MLM head."""
+        return self.kinds.bert_p
 
     @property
     def share(self) -> float:
@@ -89,7 +111,7 @@ class Signals:
     @property
     def kind_agrees(self) -> bool:
         """Whether the answer has the kind most of the neighbours hold."""
-        return self.kind == self.majority
+        return self.kinds.agree
 
 
 # The fit's inputs, each a number computed from the signals. Counts enter as logs: one vote more
@@ -148,15 +170,8 @@ def signals_of(
     contexts = total if total else n
     share_seen = min(seen / total, 1.0) if total else 1.0
     k = kinds or KindSignals()
-    of_kind = {
-        "kind": k.kind,
-        "majority": k.majority,
-        "kind_share": k.share,
-        "bert_kind_share": k.bert_share,
-        "bert_p": k.bert_p,
-    }
     if top is None or n == 0:
-        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen, **of_kind)
+        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen, k)
     holds = nb.token_ids == top
     nearest_first = np.argsort(nb.distances, kind="stable")
     return Signals(
@@ -170,7 +185,7 @@ def signals_of(
         nearest=float(nb.distances[nearest_first[0]]),
         contexts=contexts,
         coverage=share_seen,
-        **of_kind,
+        kinds=k,
     )
 
 
@@ -189,6 +204,8 @@ class Fit:
             (linear between points), which corrects a sigmoid too steep or too flat for the data
             (isotonic regression); () keeps the regression's p.
         about: what it was fitted on (model, relations, answers) and how it did on left-out relations.
+        p_from: "fit" (the regression and curve), or "top1": ``p`` is the answer's top-1 probability
+            itself, no regression (BERT's answers alone, where no fit of it checked better than it).
     """
 
     features: tuple[str, ...]
@@ -202,6 +219,7 @@ class Fit:
     curve: tuple[tuple[float, float], ...] = ()
     lower: tuple[float, ...] = ()
     upper: tuple[float, ...] = ()
+    p_from: str = "fit"
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -222,6 +240,7 @@ class Fit:
             if not rising or any(not 0.0 <= v <= 1.0 for point in self.curve for v in point)
             else "",
             "lower bounds above upper ones" if any(a > b for a, b in zip(self.lower, self.upper)) else "",
+            f"p_from {self.p_from!r}, not one of {P_FROM}" if self.p_from not in P_FROM else "",
         ]
         if any(problems):
             raise ValueError("; ".join(x for x in problems if x))
@@ -236,6 +255,8 @@ class Fit:
 
     def probability(self, rows: Sequence[Signals]) -> np.ndarray:
         """``p`` of each answer."""
+        if self.p_from == "top1":
+            return np.clip(np.array([s.top1 for s in rows], dtype=np.float64), 0.0, 1.0)
         z = self.matrix(rows) @ np.asarray(self.coef) + self.intercept
         p = 1.0 / (1.0 + np.exp(-np.clip(z, -40.0, 40.0)))
         if not self.curve:
@@ -280,6 +301,7 @@ class Fit:
                 tuple((float(x), float(y)) for x, y in data.get("curve") or ()),
                 tuple(float(v) for v in data.get("lower") or ()),
                 tuple(float(v) for v in data.get("upper") or ()),
+                str(data.get("p_from", "fit")),
             )
         except KeyError as exc:
             raise ConfigError(f"confidence fit {where} is refused: no {exc}; {what_to_do(where)}") from None
@@ -294,8 +316,9 @@ class Fit:
 
 # The shipped fits, each for the answers of one kind of model and method (``about.applies_to``); the
 # first is the fallback for a model and method none of them names: MiniLM's kNN answers, then
-# bert-base-uncased's BERT-kNN answers (docs/evaluation.md#confidence).
-SHIPPED: tuple[str, ...] = ("confidence_fit.json", "confidence_fit_bert_knn.json")
+# bert-base-uncased's BERT-kNN answers, and BERT's answers alone (λ = 0), whose p is BERT's own top-1
+# probability (``p_from`` "top1": no fit of it checked better) (docs/evaluation.md#confidence).
+SHIPPED: tuple[str, ...] = ("confidence_fit.json", "confidence_fit_bert_knn.json", "confidence_fit_bert.json")
 METHODS = ("knn", "bert", "interpolated")
 
 
@@ -430,10 +453,17 @@ def judge(
     )
 
 
+# The kind signals' names in the JSON (checkpoints, ``eval calibrate``), flat beside the others.
+_KIND_JSON = {"kind": "kind", "majority": "majority", "share": "kind_share"}
+_KIND_JSON |= {"bert_share": "bert_kind_share", "bert_p": "bert_p"}
+
+
 def signals_json(found: Signals) -> dict[str, Any]:
-    """``found`` as JSON: floats rounded (a batch of another shape moves the last bits), no infinity."""
+    """``found`` as JSON, flat: floats rounded (a batch of another shape moves the last bits), no infinity."""
+    flat = {f.name: getattr(found, f.name) for f in fields(found) if f.name != "kinds"}
+    flat |= {_KIND_JSON[name]: value for name, value in asdict(found.kinds).items()}
     out: dict[str, Any] = {}
-    for name, value in asdict(found).items():
+    for name, value in flat.items():
         if isinstance(value, float):
             value = None if math.isinf(value) else round(value, 6)
         out[name] = value
@@ -442,5 +472,7 @@ def signals_json(found: Signals) -> dict[str, Any]:
 
 def signals_from_json(data: Mapping[str, Any]) -> Signals:
     """``signals_json``'s inverse."""
-    nearest = data.get("nearest")
-    return Signals(**{**data, "nearest": math.inf if nearest is None else nearest})
+    rest = dict(data)
+    kinds = KindSignals(**{name: rest.pop(key) for name, key in _KIND_JSON.items() if key in rest})
+    nearest = rest.get("nearest")
+    return Signals(**{**rest, "nearest": math.inf if nearest is None else nearest, "kinds": kinds})
