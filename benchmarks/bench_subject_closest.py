@@ -1,11 +1,12 @@
 """What a subject's closest titles cost a question on real OpenSearch and Elasticsearch nodes, where
 they are asked, in one run.
 
-``Searcher.answer_batch`` asks ``Backend.subject_articles(..., closest=5)``. The closest titles (one
-``*word*`` search per ``title_patterns`` pattern) are needed only where the title misses. **before**
-(commit 6bbc126): they rode in the IR ``_msearch`` beside the title lookup and the BM25 search, so a title
+``Searcher.answer_batch`` asks ``Backend.subject_articles(..., closest=5)``. The closest titles (``*word*``
+wildcards of the ``title_patterns``) are needed only where the title misses. **before** (commit 6bbc126):
+a search per pattern rode in the IR ``_msearch`` beside the title lookup and the BM25 search, so a title
 subject paid for them too. **now**: the IR request is the title lookup and BM25 search only, and a miss's
-searches ride in the question's next request, its kNN search (``engines/subject_search``). Both are two
+patterns, ranked in one search (``bodies.closest_body``), ride in the question's next request, its kNN
+search (``engines/subject_search``). Both are two
 requests a warm question. This times, in this process (wall ms, the round trips included):
 
 - **title** subjects (an article's own title): the IR call alone, without closest titles (``without``:
@@ -36,6 +37,7 @@ from bench_engines import model_for
 from bench_lazy import FRAGMENT, wikipedia_shaped
 from common import environment, load_average, write_results
 
+from bertknn_search.backends.base import title_patterns
 from bertknn_search.backends.engines import bodies, subject_search
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.config import Config
@@ -96,15 +98,15 @@ def measure(backend: EngineBackend, own: list[str], other: list[str], rounds: in
     k = Config().k
 
     def before_ir(s: str) -> list[ArticleHit]:
-        """The IR request as it was: the closest titles' searches in the IR ``_msearch``."""
-        body = subject_search.lines(s, s, 3, backend.dialect.bigram_field) + subject_search.closest_lines(
-            s, CLOSEST
-        )
+        """The IR request as it was: a titles search per pattern in the IR ``_msearch``."""
+        whole = {"allow_partial_search_results": False}
+        near = [line for p in title_patterns(s) for line in (whole, bodies.titles_body(p, CLOSEST))]
+        body = subject_search.lines(s, s, 3, backend.dialect.bigram_field) + near
         send = subject_search.msearch(backend.client, backend.names["articles"], body)
-        titled, searched, *near = backend._call("look up a title and search articles", send)
+        titled, searched, *answers = backend._call("look up a title and search articles", send)
         if titled["hits"]["hits"]:
             return subject_search.title_hits(titled)
-        subject_search.closest(near, s, CLOSEST, backend.list_titles)
+        next((hits for a in answers if (hits := a["hits"]["hits"])), [])  # the closest titles, as read then
         return bodies.parse_articles(searched)
 
     def question(found: SubjectArticles) -> Any:

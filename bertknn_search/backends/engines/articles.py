@@ -59,9 +59,9 @@ class EngineArticleSide:
 
         def read() -> list[ArticleHit]:
             self._waiting.withdraw(ask)
-            if ask.answers is None:  # no request carried it (or one did and failed)
+            if ask.answer is None or "error" in ask.answer:  # not carried (or refused): asked alone
                 return self.closest_titles(subject, n)
-            return subject_search.closest(ask.answers, subject, n, self.list_titles)
+            return subject_search.closest_hits(ask.answer)
 
         return read
 
@@ -80,9 +80,8 @@ class EngineArticleSide:
         return answer
 
     def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
-        body = subject_search.closest_lines(subject, n)
-        answers = self._call("list titles", subject_search.msearch(self.client, self.names["articles"], body))
-        return subject_search.closest(answers, subject, n, self.list_titles)
+        response = self._search("list titles", "articles", subject_search.closest_body(subject, n))
+        return subject_search.closest_hits(response)
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)
