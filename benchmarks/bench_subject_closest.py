@@ -1,19 +1,23 @@
-"""What asking a subject's closest titles in its first ``_msearch`` costs, on real OpenSearch and
-Elasticsearch nodes, in one run.
+"""What a subject's closest titles cost a question on real OpenSearch and Elasticsearch nodes, where
+they are asked, in one run.
 
-``Searcher.answer_batch`` asks ``Backend.subject_articles(..., closest=5)``: the title lookup, the BM25
-search and the closest titles' searches (one per ``title_patterns`` pattern) in one ``_msearch``, so that
-a subject that is no title is one round trip. Where the subject IS a title, the closest titles' searches
-run for nothing. This times, in this process (wall ms of the call, the round trip included):
+``Searcher.answer_batch`` asks ``Backend.subject_articles(..., closest=5)``. The closest titles (``*word*``
+wildcards of the ``title_patterns``) are needed only where the title misses. **before** (commit 6bbc126):
+a search per pattern rode in the IR ``_msearch`` beside the title lookup and the BM25 search, so a title
+subject paid for them too. **now**: the IR request is the title lookup and BM25 search only, and a miss's
+patterns, ranked in one search (``bodies.closest_body``), ride in the question's next request, its kNN
+search (``engines/subject_search``). Both are two
+requests a warm question. This times, in this process (wall ms, the round trips included):
 
-- **title** subjects (an article's own title): ``subject_articles(s, s, 3)`` against
-  ``subject_articles(s, s, 3, 5)``: what the searches the title makes useless cost;
-- **no title** subjects (two words of an article's sentence): the request before (``subject_articles``,
-  then ``closest_titles``: two round trips) against the one ``_msearch`` now.
+- **title** subjects (an article's own title): the IR call alone, without closest titles (``without``:
+  what ``eval`` asks), before and now;
+- **no title** subjects (two words of an article's sentence): the question's two requests, IR then the
+  kNN search over its BM25 articles (a fixed random query vector, ``Config().k`` neighbours) with the
+  closest titles read at the end: without closest titles, before and now.
 
 The variants take turns subject by subject, ``--rounds`` times, after one warming round. Corpus:
-``bench_lazy``'s Wikipedia-shaped articles of real enwiki sentences, ingested lazily (texts only: the
-article index is what these searches read), tiny model (``bench_engines.model_for``).
+``bench_lazy``'s Wikipedia-shaped articles of real enwiki sentences, ingested eagerly (the kNN searches
+read contexts), tiny model (``bench_engines.model_for``).
 
     python benchmarks/bench_subject_closest.py --out benchmarks/results/subject-closest-cpu.json
 """
@@ -33,22 +37,26 @@ from bench_engines import model_for
 from bench_lazy import FRAGMENT, wikipedia_shaped
 from common import environment, load_average, write_results
 
+from bertknn_search.backends.base import title_patterns
+from bertknn_search.backends.engines import bodies, subject_search
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.ingest.pipeline import ingest
+from bertknn_search.records import ArticleHit, SubjectArticles
+from bertknn_search.stopwords import STOPWORDS
 
 CLOSEST = 5  # Searcher's CLOSEST_TITLES
 
 
 def subjects(articles: list[Any], n: int, seed: int) -> tuple[list[str], list[str]]:
-    """``n`` titles and ``n`` two-word subjects that are no title."""
+    """``n`` titles and ``n`` two-word subjects that are no title (no stopwords: BM25 finds articles)."""
     rng = np.random.default_rng(seed)
     titles = {a.title.lower() for a in articles}
     own = [a.title for a in articles[:n]]
     other: list[str] = []
     for a in articles:
         words = [w.strip(".,;:()\"'") for w in a.text.split()]
-        words = [w for w in words if len(w) > 3 and w.isalpha()]
+        words = [w for w in words if len(w) > 3 and w.isalpha() and w.lower() not in STOPWORDS]
         if len(words) >= 2:
             pick = rng.choice(len(words), 2, replace=False)
             s = f"{words[pick[0]]} {words[pick[1]]}"
@@ -75,26 +83,56 @@ def timed(calls: dict[str, Callable[[str], Any]], items: list[str], rounds: int)
 
 
 def summary(ms: dict[str, list[float]]) -> dict[str, Any]:
+    """p50 and mean of each variant, and each one's p50 against the first's."""
     out: dict[str, Any] = {
         k: {"p50": statistics.median(v), "mean": statistics.fmean(v)} for k, v in ms.items()
     }
-    a, b = list(ms)
-    out["p50_ratio"] = out[b]["p50"] / out[a]["p50"]
+    first, *rest = ms
+    out["p50_ratio"] = {k: out[k]["p50"] / out[first]["p50"] for k in rest}
     return out
 
 
 def measure(backend: EngineBackend, own: list[str], other: list[str], rounds: int) -> dict[str, Any]:
     """Both comparisons on one engine (see the module's doc)."""
+    vector = np.random.default_rng(0).standard_normal(backend.meta().dim).astype(np.float32)
+    k = Config().k
 
-    def before(s: str) -> Any:  # a subject that is no title, as answer_batch asked it before
-        return backend.subject_articles(s, s, 3), backend.closest_titles(s, CLOSEST)
+    def before_ir(s: str) -> list[ArticleHit]:
+        """The IR request as it was: a titles search per pattern in the IR ``_msearch``."""
+        whole = {"allow_partial_search_results": False}
+        near = [line for p in title_patterns(s) for line in (whole, bodies.titles_body(p, CLOSEST))]
+        body = subject_search.lines(s, s, 3, backend.dialect.bigram_field) + near
+        send = subject_search.msearch(backend.client, backend.names["articles"], body)
+        titled, searched, *answers = backend._call("look up a title and search articles", send)
+        if titled["hits"]["hits"]:
+            return subject_search.title_hits(titled)
+        next((hits for a in answers if (hits := a["hits"]["hits"])), [])  # the closest titles, as read then
+        return bodies.parse_articles(searched)
 
-    def now(s: str) -> Any:
-        return backend.subject_articles(s, s, 3, CLOSEST)
+    def question(found: SubjectArticles) -> Any:
+        neighbours = backend.knn(vector, k, [h.id for h in found.articles])
+        return neighbours, found.closest  # read after the kNN search, as ``Searcher.score_batch`` does
 
-    title = timed({"without": lambda s: backend.subject_articles(s, s, 3), "with": now}, own, rounds)
-    assert all(now(s).closest is None for s in own), "a title's closest titles are never read"
-    no_title = timed({"two_requests": before, "one_msearch": now}, other, rounds)
+    title = timed(
+        {
+            "without": lambda s: backend.subject_articles(s, s, 3),
+            "before": before_ir,
+            "now": lambda s: backend.subject_articles(s, s, 3, CLOSEST),
+        },
+        own,
+        rounds,
+    )
+    assert all(backend.subject_articles(s, s, 3, CLOSEST).closest is None for s in own), "titles"
+    no_title = timed(
+        {
+            "without": lambda s: question(backend.subject_articles(s, s, 3)),
+            "before": lambda s: backend.knn(vector, k, [h.id for h in before_ir(s)]),
+            "now": lambda s: question(backend.subject_articles(s, s, 3, CLOSEST)),
+        },
+        other,
+        rounds,
+    )
+    assert all(backend.subject_articles(s, s, 3).articles for s in other), "no-title subjects reach kNN"
     return {"title": summary(title), "no_title": summary(no_title)}
 
 
@@ -118,7 +156,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cluster.start(say=lambda _line: None, progress=False)
             try:
                 key = "opensearch_url" if name == "opensearch" else "elasticsearch_url"
-                config = Config(model=str(model), layer=layer, device="cpu", contexts="lazy").replace(
+                config = Config(model=str(model), layer=layer, device="cpu", contexts="eager").replace(
                     backend=name, opensearch_prefix="bench-closest", **{key: cluster.url}
                 )
                 ingest(articles, config, progress=False)
@@ -136,12 +174,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report_line(name: str, r: dict[str, Any]) -> str:
-    t, n = r["title"], r["no_title"]
-    return (
-        f"{name}: title subjects p50 {t['without']['p50']:.2f} ms without closest, {t['with']['p50']:.2f} ms"
-        f" with ({t['p50_ratio']:.2f}x); no-title subjects p50 {n['two_requests']['p50']:.2f} ms in two"
-        f" requests, {n['one_msearch']['p50']:.2f} ms in one ({n['p50_ratio']:.2f}x); load {r['load']}"
-    )
+    parts = []
+    for kind, what in (("title", "title subjects' IR call"), ("no_title", "no-title subjects' IR + kNN")):
+        t = r[kind]
+        parts.append(
+            f"{what} p50 {t['without']['p50']:.2f} ms without closest titles, {t['before']['p50']:.2f} ms"
+            f" before ({t['p50_ratio']['before']:.2f}x), {t['now']['p50']:.2f} ms now"
+            f" ({t['p50_ratio']['now']:.2f}x)"
+        )
+    return f"{name}: " + "; ".join(parts) + f"; load {r['load']}"
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # numpy only where an empty block is made: `query --server` and --help never import it
@@ -214,12 +215,20 @@ class SubjectArticles:
 
     Attributes:
         articles: the subject's own articles (score infinity), else the BM25 top n.
-        closest: where the subject is no title and closest titles were asked for, up to that many
-            titles holding the first of its ``title_patterns`` that any title holds; None otherwise.
+        closest_from: the closest titles (``closest``), or how to get them when first read: an engine
+            asks them with its next request, the kNN search (``engines/subject_search``).
     """
 
     articles: list[ArticleHit]
-    closest: list[ArticleHit] | None = None
+    closest_from: list[ArticleHit] | Callable[[], list[ArticleHit]] | None = None
+
+    @cached_property
+    def closest(self) -> list[ArticleHit] | None:
+        """Where the subject is no title and closest titles were asked for, up to that many titles
+        holding the first of its ``title_patterns`` that any title holds; None otherwise. Read after
+        the question's kNN search, it costs an engine no request of its own."""
+        found = self.closest_from
+        return found() if callable(found) else found
 
 
 @dataclass(frozen=True)

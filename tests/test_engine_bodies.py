@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -667,3 +668,33 @@ def test_the_article_cache_is_bounded_and_keyed_by_generation() -> None:
     assert cache.sentences("2", "2:b") is None and cache.sentences("1", "1:a") is not None
     cache.forget(["3"])
     assert cache.state("3") is None
+
+
+def test_closest_titles_wait_for_a_knn_request_newest_first_kept_and_are_read_once() -> None:
+    from bertknn_search.backends.engines import subject_search
+    from bertknn_search.records import SubjectArticles
+
+    waiting = subject_search.Waiting()
+    asks = [subject_search.Ask(f"s{i}", 5) for i in range(subject_search.Waiting.LIMIT + 2)]
+    for ask in asks:
+        waiting.add(ask)
+    waiting.withdraw(asks[-1])  # read before a request took it: it asks alone
+    assert waiting.take() == asks[2:-1] and waiting.take() == []  # the oldest dropped (asked alone if read)
+
+    lines = subject_search.carried(asks[:2], "p-articles")
+    assert [line.get("index") for line in lines[::2]] == ["p-articles"] * 2
+    subject_search.share(asks[:2], [{"hits": {"hits": []}}, {"error": {}}])
+    assert asks[0].answer == {"hits": {"hits": []}} and asks[1].answer == {"error": {}}
+
+    # The top score's titles only: those holding the first pattern any title holds.
+    def hit(i: int, score: float) -> dict[str, Any]:
+        return {"_id": str(i), "_source": {"title": f"T{i}"}, "sort": [score, f"t{i}", str(i)]}
+
+    response = {"hits": {"hits": [hit(1, 2.0), hit(2, 2.0), hit(3, 1.0)]}}
+    assert [h.id for h in subject_search.closest_hits(response)] == ["1", "2"]
+    assert subject_search.closest_hits({"hits": {"hits": []}}) == []
+
+    reads = []
+    found = SubjectArticles([], lambda: reads.append(1) or [ArticleHit("1", "T1", 0.0)])
+    assert found.closest == found.closest == [ArticleHit("1", "T1", 0.0)] and reads == [1]
+    assert SubjectArticles([]).closest is None

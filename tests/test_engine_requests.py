@@ -3,7 +3,9 @@
 A warm question (its articles encoded, their sentences read once before) is two requests: the IR
 search (with a subject, its title lookup and the BM25 search in one ``_msearch``), whose hits carry
 what the question needs of its articles, and the kNN search, whose hits carry
-the neighbours' stored keys, so that evidence needs no second encoder pass. The index stores each
+the neighbours' stored keys, so that evidence needs no second encoder pass. A subject that is no title
+has its closest titles asked in the kNN request (an ``_msearch`` then), or alone where BM25 found no
+article to search. The index stores each
 article's text once (sentences as offsets into it, terms indexed but not kept) and still ranks
 articles the same after their docs are updated.
 """
@@ -17,12 +19,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bertknn_search.backends.base import title_patterns
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.search import Searcher
-from bertknn_search.records import Answer, Question
+from bertknn_search.records import Answer, Question, SubjectArticles
 from tests.conftest import drop_indices
 
 
@@ -61,6 +64,8 @@ def questions(facts: list[Fact]) -> list[Question]:
     for f in facts[:3]:
         out.append(Question(f"{f.person.title()} was born in [MASK].", f.person.title()))
         out.append(Question(f"Many people in [MASK] knew {f.person.title()} as a famous {f.job}."))
+    # A subject that is no title and no term: no article to search, so its closest titles come alone.
+    out.append(Question("The famous [MASK] came from there.", f"{facts[1].person[1:].title()} Qqzz"))
     # A subject with no article of its title: IR is the BM25 top n for the subject, in the same request.
     out.append(Question(f"The famous {facts[0].job} lived in [MASK].", f"{facts[0].job} {facts[0].city}"))
     return out
@@ -68,7 +73,7 @@ def questions(facts: list[Fact]) -> list[Question]:
 
 def limit(question: Question, answer: Answer) -> int:
     """Requests a warm question makes: 2, a subject that is no title too (its closest titles are asked
-    in the ``_msearch`` of its title lookup and BM25 search)."""
+    in the ``_msearch`` of its kNN search, or alone where there is none)."""
     return 2
 
 
@@ -163,6 +168,93 @@ def test_a_subject_s_articles_in_one_request_are_its_title_s_else_bm25_s(
             own = bool(found.articles) and found.articles[0].score == float("inf")
             # Asked again: the title lookup, then (a miss) the BM25 search, where the query has terms.
             assert len(sent) == (2 if own or query == "the" else 3)
+    finally:
+        backend.close()
+
+
+@pytest.mark.opensearch
+def test_a_title_miss_s_closest_titles_ride_its_knn_request_and_a_title_s_requests_carry_none(
+    cluster_config: Config, corpus: Path, facts: list[Fact], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingest(corpus, cluster_config.replace(contexts="eager"), progress=False)
+    backend = EngineBackend.open(cluster_config)
+    try:
+        bodies: list[list[dict[str, Any]]] = []  # each _msearch's lines
+        send = backend.client.msearch
+
+        def spied(*args: Any, **kwargs: Any) -> Any:
+            bodies.append(kwargs["body"])
+            return send(*args, **kwargs)
+
+        monkeypatch.setattr(backend.client, "msearch", spied)
+        requests = Requests(monkeypatch)
+        vector = np.random.default_rng(0).standard_normal(backend.meta().dim).astype(np.float32)
+        person, job, city = facts[1].person.title(), facts[1].job, facts[1].city
+
+        def knn(found: SubjectArticles) -> list[str]:
+            return requests.during(lambda: backend.knn(vector, 5, [h.id for h in found.articles]))[1]
+
+        # A title: the IR request is its title lookup and BM25 search only, the kNN request a _search.
+        found, sent = requests.during(lambda: backend.subject_articles(person, person, 3, 5))
+        assert len(sent) == 1 and len(bodies[-1]) == 4 and found.articles[0].score == float("inf")
+        assert [r.rsplit("/", 1)[1] for r in knn(found)] == ["_search"] and found.closest is None
+
+        # Two misses (a batch's IR requests), then one kNN request: it carries both subjects' searches.
+        misses = [f"{job} {city}", f"{job} of {city}"]
+        asked = []
+        for subject in misses:
+            miss, sent = requests.during(lambda s=subject: backend.subject_articles(s, s, 3, 5))
+            assert len(sent) == 1 and len(bodies[-1]) == 4 and miss.articles, subject
+            asked.append(miss)
+        assert [r.rsplit("/", 1)[1] for r in knn(asked[0])] == ["_msearch"]
+        carried = bodies[-1][2:]  # one search a subject, its patterns ranked in it
+        assert len(carried) == 2 * len(misses)
+        assert all(header["index"] == backend.names["articles"] for header in carried[::2])
+        for subject, miss in zip(misses, asked):
+            closest, sent = requests.during(lambda m=miss: m.closest)
+            assert sent == [] and closest == backend.closest_titles(subject, 5), subject
+        assert asked[0].closest, "the scenario names titles"
+        # Titles by the first pattern any title holds, only its (one here; the next pattern holds two).
+        for subject in [*misses, f"{facts[6].person} rin", "xx rin", "the", "zzzunseen"]:
+            patterns = title_patterns(subject)
+            want = next((hits for p in patterns if (hits := backend.list_titles(p, 5))), [])
+            assert backend.closest_titles(subject, 5) == want, subject
+        assert len(backend.closest_titles(f"{facts[6].person} rin", 5)) == 1
+        assert len(backend.closest_titles("xx rin", 5)) == 2, "the scenario: a pattern two titles hold"
+        assert [r.rsplit("/", 1)[1] for r in knn(asked[0])] == ["_search"], "each is carried once"
+
+        # No article to search, so no kNN request follows: read, its titles are asked alone.
+        subject = f"{facts[1].person[1:].title()} Qqzz"
+        nothing = backend.subject_articles(subject, subject, 3, 5)
+        closest, sent = requests.during(lambda: nothing.closest)
+        assert nothing.articles == [] and len(sent) == 1 and closest, sent
+        assert closest == backend.closest_titles(subject, 5)
+        assert [r.rsplit("/", 1)[1] for r in knn(found)] == ["_search"], "read: no longer waiting"
+
+        # Searches the engine refused in the kNN request are asked again alone (their retries, errors).
+        def refusing(first: bool) -> Any:
+            def refused(*args: Any, **kwargs: Any) -> Any:
+                body = dict(getattr(answer := spied(*args, **kwargs), "body", answer))
+                refusal = {"error": {"type": "es_rejected_execution_exception"}, "status": 429}
+                answers = body["responses"]
+                body["responses"] = (
+                    [refusal, *answers[1:]] if first else [answers[0]] + [refusal] * (len(answers) - 1)
+                )
+                return body
+
+            return refused
+
+        plain = backend.knn(vector, 5, [h.id for h in asked[0].articles])
+        for first in (False, True):
+            miss = backend.subject_articles(misses[0], misses[0], 3, 5)
+            ids = [h.id for h in miss.articles]
+            with monkeypatch.context() as patch:
+                patch.setattr(backend.client, "msearch", refusing(first))
+                neighbours, sent = requests.during(lambda i=ids: backend.knn(vector, 5, i))
+            assert list(neighbours.article_ids) == list(plain.article_ids), first
+            assert len(sent) == (2 if first else 1), sent
+            closest, sent = requests.during(lambda m=miss: m.closest)
+            assert closest == backend.closest_titles(misses[0], 5) and len(sent) == (0 if first else 1)
     finally:
         backend.close()
 

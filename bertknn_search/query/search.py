@@ -265,18 +265,19 @@ class Searcher:
         # A question the gate stops gets no articles and no neighbours: BERT-kNN is then BERT.
         seconds = [0.0] * len(questions)
         found: list[list[ArticleHit] | None] = []
-        nearest: list[list[ArticleHit] | None] = [None] * len(questions)
+        # Closest titles are read after the question's kNN search, which an engine asks them with.
+        nearest: list[SubjectArticles | None] = [None] * len(questions)
         if early is not None:
             retrieved, seconds = early.result()
             found.extend(r.articles for r in retrieved)
-            nearest = [r.closest for r in retrieved]
+            nearest = list(retrieved)
         else:
             for i, (q, wanted) in enumerate(zip(questions, go)):
                 start = time.perf_counter()
                 if wanted and cfg.use_ir:
                     r = retrieve_subject(self.backend, q, cfg.n_articles, closest_titles)
                     found.append(r.articles)
-                    nearest[i] = r.closest
+                    nearest[i] = r
                 else:
                     found.append(None if wanted else [])
                 seconds[i] += time.perf_counter() - start
@@ -304,11 +305,12 @@ class Searcher:
         for i, (state, pb, hits) in enumerate(zip(states, rows, found)):
             start = time.perf_counter()
             nb = self.neighbors(state, hits, cfg.k) if go[i] else Neighbors.empty()
+            closest = None if (asked := nearest[i]) is None else asked.closest
             space, p_knn, p = self.distributions(nb, pb, cfg)
             took = seconds[i] + time.perf_counter() - start + shared if go[i] else 0.0
             gate = None if gates is None else gates[i]
             seen = {h.id: coverage[h.id] for h in hits or [] if h.id in coverage}
-            scored.append(Scored(hits, nb, pb, p_knn, p, space, gate, took, seen, nearest[i]))
+            scored.append(Scored(hits, nb, pb, p_knn, p, space, gate, took, seen, closest))
         return scored
 
     def distributions(

@@ -1,5 +1,6 @@
 """The IR side of the engine layer: a subject's own articles by title, the BM25 top n, and the titles
-closest to a subject that is no title, over the articles index."""
+closest to a subject that is no title, over the articles index (those asked with the kNN search:
+``subject_search``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class EngineArticleSide:
     dialect: Dialect
     names: dict[str, str]
     _cache: ArticleCache
+    _waiting: subject_search.Waiting
     _search: Callable[..., dict[str, Any]]
     _call: Callable[..., Any]
 
@@ -29,12 +31,12 @@ class EngineArticleSide:
         return subject_search.title_hits(response)
 
     def subject_articles(self, subject: str, query: str, n: int, closest: int = 0) -> SubjectArticles:
-        """The title lookup, BM25 search and closest titles' searches in one ``_msearch`` (subject_search)."""
+        """The title lookup and BM25 search in one ``_msearch``; a miss's closest titles are asked with
+        the next kNN search (``subject_search``)."""
         body = subject_search.lines(subject, query, n, self.dialect.bigram_field)
-        near_lines = subject_search.closest_lines(subject, closest) if closest > 0 else []
-        send = subject_search.msearch(self.client, self.names["articles"], body + near_lines)
+        send = subject_search.msearch(self.client, self.names["articles"], body)
         titled, *rest = self._call("look up a title and search articles", send)
-        searched, near = (rest[0], rest[1:]) if len(body) > 2 else (None, rest)  # BM25: the query has terms
+        searched = rest[0] if rest else None  # BM25: the query has terms
         if "error" in titled:  # asked alone: its retries, or its one-line error
             if own := self.find_titles(subject, n):
                 return SubjectArticles(own)
@@ -47,14 +49,39 @@ class EngineArticleSide:
         else:
             self._remember(searched)
             found = bodies.parse_articles(searched)
-        if closest <= 0:
-            return SubjectArticles(found)
-        return SubjectArticles(found, subject_search.closest(near, subject, closest, self.list_titles))
+        return SubjectArticles(found, self._closest_later(subject, closest) if closest > 0 else None)
+
+    def _closest_later(self, subject: str, n: int) -> Callable[[], list[ArticleHit]]:
+        """``closest_titles(subject, n)`` when read: from the answers of the kNN request that carried
+        its searches, else asked then."""
+        ask = subject_search.Ask(subject, n)
+        self._waiting.add(ask)
+
+        def read() -> list[ArticleHit]:
+            self._waiting.withdraw(ask)
+            if ask.answer is None or "error" in ask.answer:  # not carried (or refused): asked alone
+                return self.closest_titles(subject, n)
+            return subject_search.closest_hits(ask.answer)
+
+        return read
+
+    def _search_contexts(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A kNN search, in one ``_msearch`` with the closest-title searches waiting where there are any."""
+        asks = self._waiting.take()
+        if not asks:
+            return self._search("search contexts", "contexts", body)
+        whole = {"allow_partial_search_results": False}
+        lines = [whole, body, *subject_search.carried(asks, self.names["articles"])]
+        send = subject_search.msearch(self.client, self.names["contexts"], lines)
+        answer, *rest = self._call("search contexts and list titles", send)
+        subject_search.share(asks, rest)
+        if "error" in answer:  # asked alone: its retries, or its one-line error
+            return self._search("search contexts", "contexts", body)
+        return answer
 
     def closest_titles(self, subject: str, n: int) -> list[ArticleHit]:
-        body = subject_search.closest_lines(subject, n)
-        answers = self._call("list titles", subject_search.msearch(self.client, self.names["articles"], body))
-        return subject_search.closest(answers, subject, n, self.list_titles)
+        response = self._search("list titles", "articles", subject_search.closest_body(subject, n))
+        return subject_search.closest_hits(response)
 
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from bertknn_search.backends.base import check_meta, extrapolate
-from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.engines import bodies, dialect_for, subject_search
 from bertknn_search.backends.engines.articles import EngineArticleSide
 from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
@@ -82,6 +82,7 @@ class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
         # What the last searches said of their articles (generation, title, coverage) and the sentences
         # read: a warm question asks the engine for its IR answer and its kNN search, nothing else.
         self._cache = ArticleCache()
+        self._waiting = subject_search.Waiting()  # closest titles the next kNN search asks (articles.py)
         self._healed = False  # failed shards were allocated again once (``_call``)
         self._has_key = False  # the contexts carry their stored key as doc values (older indexes: no)
         self._has_spans = False  # the articles keep sentences as offsets into their text (likewise)
@@ -413,9 +414,6 @@ class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
         found = bodies.parse_neighbors(response, k, current, self._meta)
         self._neighbour_articles = list(dict.fromkeys(found.article_ids))
         return found
-
-    def _search_contexts(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._search("search contexts", "contexts", body)
 
     def _search(self, what: str, kind: str, body: dict[str, Any], **params: Any) -> dict[str, Any]:
         """A search of index ``kind`` that answers from every shard or not at all.

@@ -356,6 +356,9 @@ def search_body(query: str, n: int, bigram_field: str = "terms.bigrams") -> dict
     }
 
 
+TITLE_ORDER = [{"title.key": "asc"}, {"id": "asc"}]  # titles listed: lowercased title, then id
+
+
 def title_body(title: str, n: int = 1) -> dict[str, Any]:
     """Exact, case-insensitive title lookup: up to ``n`` articles of that title, lowest id first."""
     return {
@@ -368,10 +371,28 @@ def title_body(title: str, n: int = 1) -> dict[str, Any]:
 
 def titles_body(pattern: str, n: int) -> dict[str, Any]:
     """Articles whose lowercased title holds ``pattern`` (every article for ""), by title then id."""
+    return {"size": n, "query": holding(pattern), "sort": [*TITLE_ORDER], "_source": ["title"]}
+
+
+def closest_body(patterns: list[str], n: int) -> dict[str, Any]:
+    """``titles_body`` of the first of ``patterns`` that any title holds, in one search.
+
+    Pattern i scores len(patterns) - i and ``dis_max`` keeps a title's best, so the titles of the top
+    score hold that pattern, in ``titles_body``'s order after it; ``closest_hits`` keeps only them.
+    """
+    ranked = [
+        {"constant_score": {"filter": holding(p), "boost": float(len(patterns) - i)}}
+        for i, p in enumerate(patterns)
+    ]
+    order = [{"_score": "desc"}, *TITLE_ORDER]
+    return {"size": n, "query": {"dis_max": {"queries": ranked}}, "sort": order, "_source": ["title"]}
+
+
+def holding(pattern: str) -> dict[str, Any]:
+    """The articles whose lowercased title holds ``pattern`` (every article for "")."""
     key = pattern.strip().lower()
     escaped = "".join("\\" + c if c in "*?\\" else c for c in key)
-    query = {"wildcard": {"title.key": {"value": f"*{escaped}*"}}} if key else {"match_all": {}}
-    return {"size": n, "query": query, "sort": [{"title.key": "asc"}, {"id": "asc"}], "_source": ["title"]}
+    return {"wildcard": {"title.key": {"value": f"*{escaped}*"}}} if key else {"match_all": {}}
 
 
 def stats_body(parts: bool = False) -> dict[str, Any]:

@@ -9,15 +9,20 @@ against the embedded index). The engine runs the BM25 search for nothing when th
 costs it far less than a round trip costs the question.
 
 A subject that is no title also names the titles closest to it (``Backend.closest_titles``): the titles
-holding the subject, else its longest word, and so on; each pattern is a search of its own. A caller that
-shows them (``Searcher.answer_batch``) has them asked in the same ``_msearch`` as the title lookup and
-the BM25 search (``closest_lines`` after ``lines``), so that a subject that is no title is one round trip
-too; their answers are read only where the title misses (the cost when it matches: docs/engines.md).
+holding the subject, else its longest word, and so on, in one search (``bodies.closest_body``). Only a title
+miss needs them, and only the IR answer tells a miss, so they are not in the IR request (a title subject
+paid 1.7-1.8x for them there: docs/engines.md). A miss leaves them ``Waiting``, and the question's next
+request, its kNN search, becomes an ``_msearch`` that carries them (``closest_lines`` after the kNN
+search); ``SubjectArticles.closest`` reads its answer. Read before any kNN search took them (BM25
+found no article, so no kNN search follows), they are asked alone then: still the question's second
+request.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bertknn_search.backends.base import title_patterns
@@ -44,32 +49,70 @@ def lines(subject: str, query: str, n: int, bigram_field: str) -> list[dict[str,
     return [whole, bodies.title_body(subject, n), {**whole, "search_type": "dfs_query_then_fetch"}, search]
 
 
-def closest_lines(subject: str, n: int) -> list[dict[str, Any]]:
-    """The ``_msearch`` body of ``closest_titles``: one titles search per pattern, in turn."""
-    whole = {"allow_partial_search_results": False}
-    return [line for p in title_patterns(subject) for line in (whole, bodies.titles_body(p, n))]
+def closest_lines(subject: str, n: int, index: str) -> list[dict[str, Any]]:
+    """The ``_msearch`` lines of ``closest_titles``' search, of the articles ``index``."""
+    return [{"allow_partial_search_results": False, "index": index}, closest_body(subject, n)]
 
 
-def first_titles(answers: list[dict[str, Any]]) -> list[ArticleHit] | None:
-    """The titles of the first pattern any title holds ([] for none); None where a search was refused
-    before that one answered (the caller asks the patterns one by one)."""
-    for answer in answers:
-        if "error" in answer:
-            return None
-        if hits := answer["hits"]["hits"]:
-            return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in hits]
-    return []
+def closest_body(subject: str, n: int) -> dict[str, Any]:
+    """``closest_titles``' search: the titles holding the first of the subject's patterns any title holds."""
+    return bodies.closest_body(title_patterns(subject), n)
 
 
-def closest(
-    answers: list[dict[str, Any]], subject: str, n: int, list_titles: Callable[[str, int], list[ArticleHit]]
-) -> list[ArticleHit]:
-    """``closest_titles`` from the answers of its searches (``closest_lines``); where one was refused,
-    the patterns asked one by one through ``list_titles`` (their retries, or their one-line error)."""
-    found = first_titles(answers)
-    if found is None:
-        return next((hits for p in title_patterns(subject) if (hits := list_titles(p, n))), [])
-    return found
+def closest_hits(response: dict[str, Any]) -> list[ArticleHit]:
+    """The titles of ``closest_body``'s top score: those holding the first pattern any title holds."""
+    hits = response["hits"]["hits"]
+    best = hits[0]["sort"][0] if hits else None
+    return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in hits if h["sort"][0] == best]
+
+
+@dataclass(eq=False)
+class Ask:
+    """One subject's closest-title search, and its answer once a request carried it."""
+
+    subject: str
+    n: int
+    answer: dict[str, Any] | None = None
+
+
+class Waiting:
+    """The closest-title searches of subjects that missed, until a kNN request carries them.
+
+    Threads share it (the IR of a batch runs beside the encoder; the server's tasks take turns), hence
+    the lock. An ask nobody reads rides the next kNN request once; only the newest ``LIMIT`` wait.
+    """
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asks: list[Ask] = []
+
+    def add(self, ask: Ask) -> None:
+        with self._lock:
+            self._asks = [*self._asks[-(self.LIMIT - 1) :], ask]
+
+    def take(self) -> list[Ask]:
+        """Every waiting ask, for the request about to be sent."""
+        with self._lock:
+            asks, self._asks = self._asks, []
+        return asks
+
+    def withdraw(self, ask: Ask) -> None:
+        """``ask`` no longer waits (it is read now: asked alone where no request carried it)."""
+        with self._lock:
+            self._asks = [a for a in self._asks if a is not ask]
+
+
+def carried(asks: list[Ask], index: str) -> list[dict[str, Any]]:
+    """The ``_msearch`` lines of ``asks``, of the articles ``index``, to follow another request's."""
+    return [line for ask in asks for line in closest_lines(ask.subject, ask.n, index)]
+
+
+def share(asks: list[Ask], answers: list[dict[str, Any]]) -> None:
+    """Give each ask its answer, from the responses to ``carried(asks, ...)``'s lines, in order."""
+    for ask, answer in zip(asks, answers, strict=True):
+        ask.answer = answer
 
 
 def msearch(client: Any, index: str, body: list[dict[str, Any]]) -> Callable[[], list[dict[str, Any]]]:
