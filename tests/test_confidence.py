@@ -216,6 +216,35 @@ def test_a_fit_of_a_logistic_truth_is_calibrated_on_left_out_relations() -> None
         calibrate([r for r in rows if r.relation == "R0"])
 
 
+def test_calibrate_keeps_the_bands_promises_on_partial_answers_too() -> None:
+    """ "Low" is cut on every answer, partial ones included, and "high" on whole ones: partial answers
+    whose low coverage makes their p low although they are often right (BERT-kNN's, whose BERT part
+    sees the whole question) must not make "low" a band of right answers."""
+    rows = synthetic(relations=5, per=300)
+    rng = np.random.default_rng(3)
+    for r in range(5):
+        for i in range(150):
+            n = int(rng.integers(3, 20))
+            found = Signals(0.3, 0.1, 1, n, 1 / n, True, 0.5, 1.0, 10 * n, 0.05)  # 1 vote, 5% seen
+            # Right 2 times in 100 in four relations, 4 in 10 in the fifth: its left-out p is too low.
+            rows.append(
+                Measured(f"R{r}/partial{i}", f"R{r}", found, bool(rng.random() < (0.4 if r == 4 else 0.02)))
+            )
+    model, _ = calibrate(rows)
+    p = left_out(rows)
+    hits = np.array([r.hit for r in rows])
+    partial = np.array([r.signals.partial for r in rows])
+    assert partial.any() and hits[partial].mean() > 0.05
+    low = p < model.medium
+    assert not low.any() or hits[low].mean() <= 0.05  # on all answers, the partial ones among them
+    high = (p >= model.high) & ~partial & np.array([r.signals.votes >= MIN_HIGH_VOTES for r in rows])
+    assert high.any() and hits[high].mean() >= 0.5
+    # Cut on whole answers alone, "low" would take in partial answers that are right more than 1 in 20.
+    whole_only, _ = calibrate([r for r in rows if not r.signals.partial])
+    under = partial & (p < whole_only.medium)
+    assert under.any() and hits[under].mean() > 0.05
+
+
 def test_bands_ece_and_auc() -> None:
     assert auc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
     assert auc([0.5, 0.5], [True, False]) == 0.5 and auc([0.5, 0.6], [True, True]) is None
