@@ -198,6 +198,12 @@ class IndexStats:
     # Which confidence fit answers use (``confidence.describe_fit``): stored with the index or shipped.
     confidence_fit: str | None = None
 
+    @property
+    def encoded_whole(self) -> bool:
+        """Whether every article's contexts are stored to its end: the index then holds what an eager
+        index of its articles holds, and a search of every context (no IR) can be answered."""
+        return self.encoded_articles >= self.articles and not self.partial_articles
+
 
 @dataclass(frozen=True)
 class ArticleHit:

@@ -113,7 +113,7 @@ def _encoded_whole(config: Config) -> bool:
         held = backend.stats()
     finally:
         backend.close()
-    return held.articles > 0 and held.encoded_articles >= held.articles and not held.partial_articles
+    return held.articles > 0 and held.encoded_whole
 
 
 def ablate(

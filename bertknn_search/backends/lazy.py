@@ -474,8 +474,7 @@ class LazyDatastore:
             # Once every article is encoded to its end the store holds what an eager index of the corpus
             # holds, so the no-IR ablation can search it all (eval warm over every article gets it there).
             held = self.parts.stats()
-            whole = held.encoded_articles >= held.articles and not held.partial_articles
-            if not whole or isinstance(self.parts, MemoryParts):
+            if not held.encoded_whole or isinstance(self.parts, MemoryParts):
                 raise LazyIndexError(
                     f"index at {self.location} encodes contexts on demand, so it cannot search every context"
                     f" (--no-ir) before every article is encoded ({held.encoded_articles:,} of"
