@@ -86,7 +86,7 @@ class EngineArticleSide:
     def list_titles(self, pattern: str, n: int) -> list[ArticleHit]:
         body = bodies.titles_body(pattern, n)
         response = self._search("list titles", "articles", body)
-        return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in response["hits"]["hits"]]
+        return bodies.parse_titles(response["hits"]["hits"])
 
     def search_articles(self, query: str, n: int) -> list[ArticleHit]:
         """Top ``n`` articles by BM25 over unigrams + bigrams; ties by id."""

@@ -388,6 +388,11 @@ def closest_body(patterns: list[str], n: int) -> dict[str, Any]:
     return {"size": n, "query": {"dis_max": {"queries": ranked}}, "sort": order, "_source": ["title"]}
 
 
+def parse_titles(hits: Sequence[dict[str, Any]]) -> list[ArticleHit]:
+    """The articles of ``titles_body``'s or ``closest_body``'s hits (a listing: no score)."""
+    return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in hits]
+
+
 def holding(pattern: str) -> dict[str, Any]:
     """The articles whose lowercased title holds ``pattern`` (every article for "")."""
     key = pattern.strip().lower()

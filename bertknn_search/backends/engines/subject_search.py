@@ -63,7 +63,7 @@ def closest_hits(response: dict[str, Any]) -> list[ArticleHit]:
     """The titles of ``closest_body``'s top score: those holding the first pattern any title holds."""
     hits = response["hits"]["hits"]
     best = hits[0]["sort"][0] if hits else None
-    return [ArticleHit(h["_id"], h["_source"]["title"], 0.0) for h in hits if h["sort"][0] == best]
+    return bodies.parse_titles([h for h in hits if h["sort"][0] == best])
 
 
 @dataclass(eq=False)
