@@ -8,7 +8,6 @@ import json
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from bertknn_search.records import Question
 from bertknn_search.server import client as server_client
 from bertknn_search.server.app import ServerSettings, create_app
 from bertknn_search.server.limits import ENV, LARGE, MIB, RequestLimits
-from bertknn_search.server.run import listen
+from tests.loopback import uvicorn_thread
 from tests.test_server import LOCAL, SHARP, TOKEN, assert_one_line, auth, born, start, stored_ids
 
 APP_JS = Path(__file__).resolve().parents[1] / "bertknn_search" / "server" / "static" / "app.js"
@@ -340,20 +339,10 @@ def serving(app: Any) -> Iterator[str]:
     """``app`` on uvicorn on 127.0.0.1 in a thread, its model loaded; its URL."""
     import uvicorn
 
-    sock = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started and app.state.batcher.done.wait(120), "the server did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(60)
-        sock.close()
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    with uvicorn_thread(config, wait_s=60) as (port, _):
+        assert app.state.batcher.done.wait(120), "the server did not start"
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_a_tokenless_16_mib_write_is_answered_401_while_the_client_is_still_sending(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ import pytest
 
 from bertknn_search.server import connections
 from bertknn_search.server.connections import Guard, GuardedH11, RateLimitedLog, connection_cap
-from bertknn_search.server.run import listen
+from tests.loopback import uvicorn_thread
 
 
 async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -44,23 +43,11 @@ def serving(guard: Guard) -> Iterator[tuple[int, Any]]:
     """``echo_app`` on uvicorn with ``guard``'s protocol, on a free port of 127.0.0.1; (port, server)."""
     import uvicorn
 
-    sock = listen("127.0.0.1", 0)
     config = uvicorn.Config(
         echo_app, log_level="warning", access_log=False, lifespan="off", http=guard.protocol()
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.started
-        yield sock.getsockname()[1], server
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
+    with uvicorn_thread(config, wait_s=30) as (port, server):
+        yield port, server
 
 
 def closed_after(conn: socket.socket, lines: list[bytes], every_s: float) -> float | None:
