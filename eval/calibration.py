@@ -21,6 +21,7 @@ import numpy as np
 
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.report import plot_reliability, render_calibration
+from bertknn_search.eval.sampling import chance
 from bertknn_search.query.answer_kinds import KindSignals, kind_of
 from bertknn_search.query.confidence import (
     FEATURES,
@@ -322,6 +323,13 @@ def summary(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[st
     }
 
 
+def summary_by_chance(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[str, Any]:
+    """``summary``, and what chance allows on so few answers (``sampling.chance``: the ECE a perfectly
+    calibrated ``p`` would show, the AUROC's and the bands' 95% intervals)."""
+    out = summary(rows, p, model)
+    return {**out, "chance": chance(p, [r.hit for r in rows], out["bands"], BINS)}
+
+
 def calibrate(
     rows: Sequence[Measured],
     features: Sequence[str] = DEFAULT_FEATURES,
@@ -355,7 +363,7 @@ def calibrate(
         "method": "a logistic regression mapped through an isotonic curve",
         "features": list(features),
         "bands": {"high": high, "medium": medium, "high_needs_votes": MIN_HIGH_VOTES},
-        "left_out": summary(rows, p, check_model),
+        "left_out": summary_by_chance(rows, p, check_model),
         "reliability": reliability(p, [r.hit for r in rows]),
         "relations": {},
         "kinds": {},
@@ -370,15 +378,16 @@ def calibrate(
         mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
         report["kinds"][name] = {
             "relations": sorted({rows[i].relation for i in mine}),
-            **summary([rows[i] for i in mine], p[mine], check_model),
+            **summary_by_chance([rows[i] for i in mine], p[mine], check_model),
         }
     if len({kind(r) for r in relations}) > 1:
         p_kind, _ = kinds_left_out(rows, features)
-        report["kinds_left_out"] = {"all": summary(rows, p_kind, check_model)}
+        report["kinds_left_out"] = {"all": summary_by_chance(rows, p_kind, check_model)}
         report["reliability_kinds_left_out"] = reliability(p_kind, [r.hit for r in rows])
         for name in sorted({kind(r) for r in relations}):
             mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
-            report["kinds_left_out"][name] = summary([rows[i] for i in mine], p_kind[mine], check_model)
+            picked = [rows[i] for i in mine]
+            report["kinds_left_out"][name] = summary_by_chance(picked, p_kind[mine], check_model)
     head = report["left_out"]
     headline = {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}
     info = {**dict(about or {}), "relations": relations, "left_out": headline}
