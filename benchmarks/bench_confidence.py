@@ -55,6 +55,7 @@ from bertknn_search.eval.calibration import (
     ece,
     from_lines,
     kind,
+    kinds_left_out,
     left_out_fits,
     reliability,
     summary,
@@ -63,6 +64,7 @@ from bertknn_search.eval.datasets import Fact, read_facts
 from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
 from bertknn_search.eval.harness import evaluate
 from bertknn_search.eval.report import plot_reliability
+from bertknn_search.eval.sampling import ece_floor
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.answer_kinds import MONTHS, kind_of
 from bertknn_search.query.confidence import MIN_HIGH_VOTES, Fit
@@ -261,6 +263,33 @@ def bert_alone(args: argparse.Namespace, lines: Sequence[dict[str, Any]], name: 
     }
 
 
+def kind_offsets(rows: Sequence[Measured], p_kind: Sequence[float]) -> dict[str, Any]:
+    """How much of each kind's ECE (kinds left out) is one offset for the whole kind: each kind's ``p``
+    shifted by the one logit that makes its mean ``p`` its P@1 (what a fit would need to know of a kind it
+    never saw: how well the model answers it), and the ECE left after that shift, beside the floor."""
+    pv = np.clip(np.asarray(p_kind, dtype=np.float64), 1e-6, 1 - 1e-6)
+    out: dict[str, Any] = {}
+    for name in sorted({kind(r.relation) for r in rows}):
+        mine = np.array([kind(r.relation) == name for r in rows])
+        hits = np.array([r.hit for r in rows])[mine]
+        logit = np.log(pv[mine] / (1 - pv[mine]))
+        target = float(np.clip(hits.mean(), 1e-3, 1 - 1e-3))
+        low, high = -20.0, 20.0
+        for _ in range(60):  # the shift whose mean p is the kind's P@1 (mean p rises with the shift)
+            mid = (low + high) / 2
+            low, high = (mid, high) if np.mean(1 / (1 + np.exp(-(logit + mid)))) < target else (low, mid)
+        shifted = 1 / (1 + np.exp(-(logit + (low + high) / 2)))
+        out[name] = {
+            "P@1": round(float(hits.mean()), 4),
+            "mean_p": round(float(pv[mine].mean()), 4),
+            "ece": round(float(ece(pv[mine], hits) or 0), 4),
+            "logit_shift": round((low + high) / 2, 3),
+            "ece_after_shift": round(float(ece(shifted, hits) or 0), 4),
+            "ece_floor": ece_floor(pv[mine]),
+        }
+    return out
+
+
 # The fit's inputs to compare (``--compare-features``): the answer's signals alone, and with the
 # question's hardness (``query.hardness``), BERT's part of it, the kNN's part, or all of it.
 FEATURE_SETS: dict[str, tuple[str, ...]] = {
@@ -333,6 +362,7 @@ def from_checkpoint(args: argparse.Namespace) -> None:
         "same_kind": same_kind_effect(first),
         "bert_alone": bert_alone(args, lines, name),
         "feature_sets": compare_features(rows) if args.compare_features else None,
+        "kind_offsets": kind_offsets(rows, kinds_left_out(rows, features)[0]),
         "load_average_after": load_average(),
     }
     p_rows = scored_left_out(exact, fits) if args.out else []
