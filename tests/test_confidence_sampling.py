@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertknn_search.eval.calibration import Measured, auc, calibrate, ece
+from bertknn_search.eval.calibration import (
+    Measured,
+    auc,
+    calibrate,
+    choose_bands,
+    ece,
+    kinds_left_out,
+    left_out,
+)
 from bertknn_search.eval.report import render_calibration
 from bertknn_search.eval.sampling import _auc_rows, auroc_interval, ece_draws, ece_floor, share_interval
 from bertknn_search.query.answer_kinds import KindSignals
@@ -77,3 +85,28 @@ def test_calibrate_gives_each_kind_left_out_its_floor_and_the_report_shows_it() 
     assert "ECE by chance" in text
     median = check["kinds_left_out"]["languages"]["chance"]["ece_floor"]["median"]
     assert f"{median:.3f}" in text
+
+
+def test_the_bands_keep_their_promise_on_kinds_left_out_too() -> None:
+    # Places and languages are right far more often than professions with the same votes: a fit that
+    # never saw professions promises them too much, which relations left out (other professions seen)
+    # hide. "High" must then rise until it holds on kinds left out as well.
+    rng = np.random.default_rng(7)
+    rate = {"P19": 0.9, "P20": 0.9, "P103": 0.9, "P1412": 0.9, "P106": 0.2, "P101": 0.2}
+    rows = []
+    for i in range(600):
+        relation = list(rate)[i % 6]
+        votes = int(rng.integers(0, 20))
+        found = Signals(0.5, 0.1, votes, 20, votes / 20, votes > 10, 0.5, 1.0, 20, 1.0, KindSignals())
+        rows.append(Measured(str(i), relation, found, bool(rng.random() < rate[relation] * votes / 20)))
+    hits = np.array([r.hit for r in rows])
+    eligible = np.array([r.signals.votes >= 2 for r in rows])
+    by_relations = choose_bands(left_out(rows), hits, eligible)[0]
+    p_kind, _ = kinds_left_out(rows)
+    _, check = calibrate(rows)
+    assert check["bands"]["checked_on"] == "relations and kinds left out"
+    assert check["bands"]["high"] > by_relations  # relations left out alone would have cut lower
+    broken = (p_kind >= by_relations) & eligible
+    assert hits[broken].mean() < 0.5  # the cut of relations left out breaks the promise on kinds left out
+    high = (p_kind >= check["bands"]["high"]) & eligible
+    assert not high.any() or hits[high].mean() >= 0.5
