@@ -14,6 +14,11 @@ templates (``eval run``'s). One run measures:
 - default batch answers: a fresh lazy index answering the same facts in batches of 128 with the default
   budget (what ``query --file`` does), scored by the left-out fits.
 
+Each kind of relation's check also says what chance allows on so few answers (``eval.sampling``: the
+ECE of outcomes drawn from ``p`` itself, the AUROC's bootstrap interval). ``--features`` names the fit's
+inputs (the answer's signals alone, or with the question's hardness, ``query.hardness``);
+``--compare-features`` checks every set of ``FEATURE_SETS`` the same way, on relations and kinds left out.
+
 ``--write-fit`` writes the fit to the package (``bertknn_search/query/confidence_fit.json``); the
 reliability diagram of the left-out ``p`` goes beside ``--out``.
 
@@ -40,7 +45,9 @@ from common import environment, load_average, write_results
 
 from bertknn_search.config import Config
 from bertknn_search.eval.calibration import (
+    ANSWER_FEATURES,
     BERT_ALONE_FEATURES,
+    HARDNESS_FEATURES,
     Measured,
     bert_alone_rows,
     calibrate,
@@ -48,6 +55,7 @@ from bertknn_search.eval.calibration import (
     ece,
     from_lines,
     kind,
+    kinds_left_out,
     left_out_fits,
     reliability,
     summary,
@@ -56,6 +64,7 @@ from bertknn_search.eval.datasets import Fact, read_facts
 from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
 from bertknn_search.eval.harness import evaluate
 from bertknn_search.eval.report import plot_reliability
+from bertknn_search.eval.sampling import ece_floor
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.answer_kinds import MONTHS, kind_of
 from bertknn_search.query.confidence import MIN_HIGH_VOTES, Fit
@@ -254,6 +263,65 @@ def bert_alone(args: argparse.Namespace, lines: Sequence[dict[str, Any]], name: 
     }
 
 
+def kind_offsets(rows: Sequence[Measured], p_kind: Sequence[float]) -> dict[str, Any]:
+    """How much of each kind's ECE (kinds left out) is one offset for the whole kind: each kind's ``p``
+    shifted by the one logit that makes its mean ``p`` its P@1 (what a fit would need to know of a kind it
+    never saw: how well the model answers it), and the ECE left after that shift, beside the floor."""
+    pv = np.clip(np.asarray(p_kind, dtype=np.float64), 1e-6, 1 - 1e-6)
+    out: dict[str, Any] = {}
+    for name in sorted({kind(r.relation) for r in rows}):
+        mine = np.array([kind(r.relation) == name for r in rows])
+        hits = np.array([r.hit for r in rows])[mine]
+        logit = np.log(pv[mine] / (1 - pv[mine]))
+        target = float(np.clip(hits.mean(), 1e-3, 1 - 1e-3))
+        low, high = -20.0, 20.0
+        for _ in range(60):  # the shift whose mean p is the kind's P@1 (mean p rises with the shift)
+            mid = (low + high) / 2
+            low, high = (mid, high) if np.mean(1 / (1 + np.exp(-(logit + mid)))) < target else (low, mid)
+        shifted = 1 / (1 + np.exp(-(logit + (low + high) / 2)))
+        out[name] = {
+            "P@1": round(float(hits.mean()), 4),
+            "mean_p": round(float(pv[mine].mean()), 4),
+            "ece": round(float(ece(pv[mine], hits) or 0), 4),
+            "logit_shift": round((low + high) / 2, 3),
+            "ece_after_shift": round(float(ece(shifted, hits) or 0), 4),
+            "ece_floor": ece_floor(pv[mine]),
+        }
+    return out
+
+
+# The fit's inputs to compare (``--compare-features``): the answer's signals alone, and with the
+# question's hardness (``query.hardness``), BERT's part of it, the kNN's part, or all of it.
+FEATURE_SETS: dict[str, tuple[str, ...]] = {
+    "answer": ANSWER_FEATURES,
+    "answer+bert": (*ANSWER_FEATURES, "bert_top1", "bert_entropy"),
+    "answer+knn": (*ANSWER_FEATURES, "knn_entropy", "log_distinct", "log_nearest", "log_mean_distance"),
+    "answer+hardness": (*ANSWER_FEATURES, *HARDNESS_FEATURES),
+}
+
+
+def features_named(text: str) -> tuple[str, ...]:
+    """``--features``: a name in ``FEATURE_SETS`` or a comma-separated list of ``FEATURES`` names."""
+    return FEATURE_SETS.get(text) or tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def compare_features(rows: Sequence[Measured]) -> dict[str, Any]:
+    """Each of ``FEATURE_SETS`` fitted and checked as ``calibrate`` does (its own bands): every answer
+    scored by a fit without its relation, and by a fit without its kind of relation; overall and per kind
+    (with what chance allows)."""
+    out: dict[str, Any] = {}
+    for name, features in FEATURE_SETS.items():
+        _, check = calibrate(rows, features)
+        out[name] = {
+            "features": list(features),
+            "bands": check["bands"],
+            "relations_left_out": check["left_out"],
+            "relations_left_out_by_kind": check["kinds"],
+            "kinds_left_out": check.get("kinds_left_out"),
+        }
+    return out
+
+
 def from_checkpoint(args: argparse.Namespace) -> None:
     """Fit and check ``p`` on the answers of evaluations' checkpoints (``--from-checkpoint``): every
     answer of the first, the partial answers of the others (budget runs)."""
@@ -278,8 +346,10 @@ def from_checkpoint(args: argparse.Namespace) -> None:
         "fitted_by": "benchmarks/bench_confidence.py --from-checkpoint",
         "applies_to": {"methods": [args.method], "models": [name.lower()]},
     }
-    fit, report = calibrate(rows, about=about)
-    fits = left_out_fits(rows)
+    features = features_named(args.features)
+    about["features_chosen"] = args.features
+    fit, report = calibrate(rows, features, about=about)
+    fits = left_out_fits(rows, features)
     results = {
         "environment": environment("cpu"),
         "load_average_before": load,
@@ -291,6 +361,8 @@ def from_checkpoint(args: argparse.Namespace) -> None:
         "partial_left_out": summary(partial, scored_left_out(partial, fits), fit) if partial else None,
         "same_kind": same_kind_effect(first),
         "bert_alone": bert_alone(args, lines, name),
+        "feature_sets": compare_features(rows) if args.compare_features else None,
+        "kind_offsets": kind_offsets(rows, kinds_left_out(rows, features)[0]),
         "load_average_after": load_average(),
     }
     p_rows = scored_left_out(exact, fits) if args.out else []
@@ -334,6 +406,16 @@ def main() -> None:
     )
     parser.add_argument("--data", help="what the answers are, for the fit's about.data")
     parser.add_argument("--bert-fit", type=Path, help="write the fit of BERT's own answers here")
+    parser.add_argument(
+        "--features",
+        default="answer",
+        help=f"the fit's inputs: one of {', '.join(FEATURE_SETS)} or a comma list of FEATURES names",
+    )
+    parser.add_argument(
+        "--compare-features",
+        action="store_true",
+        help="also check every one of FEATURE_SETS on relations and kinds left out (--from-checkpoint)",
+    )
     args = parser.parse_args()
     if args.from_checkpoint:
         from_checkpoint(args)
@@ -384,8 +466,9 @@ def main() -> None:
     }
     if args.data:
         about["data"] = args.data
-    fit, report = calibrate([*exact, *partial], about=about)
-    fits = left_out_fits([*exact, *partial])
+    features = features_named(args.features)
+    fit, report = calibrate([*exact, *partial], features, about=about)
+    fits = left_out_fits([*exact, *partial], features)
     p_exact = scored_left_out(exact, fits)
     p_partial = scored_left_out(partial, fits)
     # What query --file does on a cold lazy index: batches of 128, the default budget.

@@ -21,6 +21,7 @@ import numpy as np
 
 from bertknn_search.errors import ConfigError
 from bertknn_search.eval.report import plot_reliability, render_calibration
+from bertknn_search.eval.sampling import chance
 from bertknn_search.query.answer_kinds import KindSignals, kind_of
 from bertknn_search.query.confidence import (
     FEATURES,
@@ -32,8 +33,26 @@ from bertknn_search.query.confidence import (
     signals_from_json,
 )
 
-# The inputs of the fit: every signal an answer has; the regression weighs them.
-DEFAULT_FEATURES = tuple(FEATURES)
+# The inputs of the fit: the signals of the answer and of its kind; the regression weighs them.
+ANSWER_FEATURES = (
+    "log_share",
+    "log_votes",
+    "log_neighbors",
+    "near_votes",
+    "agree",
+    "spread",
+    "top1",
+    "margin",
+    "log_contexts",
+    "coverage",
+    "kind_agree",
+    "kind_share",
+    "bert_kind_share",
+    "bert_p",
+)
+# How hard the question is, whatever its relation (``query.hardness``; issue 49).
+HARDNESS_FEATURES = tuple(name for name in FEATURES if name not in ANSWER_FEATURES)
+DEFAULT_FEATURES = ANSWER_FEATURES
 MIN_BLOCK = 50  # answers per step of the isotonic curve at least: fewer would follow noise
 L2 = 1.0  # ridge penalty on the standardised weights: keeps a small relation from swinging the fit
 BINS = 10  # equal-width bins of p for the ECE and the reliability diagram
@@ -322,6 +341,13 @@ def summary(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[st
     }
 
 
+def summary_by_chance(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[str, Any]:
+    """``summary``, and what chance allows on so few answers (``sampling.chance``: the ECE a perfectly
+    calibrated ``p`` would show, the AUROC's and the bands' 95% intervals)."""
+    out = summary(rows, p, model)
+    return {**out, "chance": chance(p, [r.hit for r in rows], out["bands"], BINS)}
+
+
 def calibrate(
     rows: Sequence[Measured],
     features: Sequence[str] = DEFAULT_FEATURES,
@@ -330,7 +356,8 @@ def calibrate(
     """Fit ``p`` on all ``rows`` and check it on left-out relations.
 
     Returns:
-        the fit (bands chosen on the left-out ``p``; ``about`` holds the check's headline numbers) and
+        the fit (bands chosen on the left-out ``p`` of relations, and of kinds where there are two or
+        more; ``about`` holds the check's headline numbers) and
         the check: overall, per relation and per kind of relation, each on left-out ``p``.
 
     Raises:
@@ -348,14 +375,24 @@ def calibrate(
     chosen = whole if whole.any() else np.ones(len(rows), dtype=bool)
     hits = np.array([r.hit for r in rows])
     eligible = np.array([r.signals.votes >= MIN_HIGH_VOTES and r.signals.kind_agrees for r in rows])
-    high = choose_bands(p[chosen], hits[chosen], eligible[chosen])[0]
-    medium = min(choose_bands(p, hits, eligible)[1], high)
+    # Each cut must keep its promise on relations left out and, where there are kinds of relation, on
+    # whole kinds left out too (issue 49: "high" and "low" promise the same on a kind no fit saw).
+    several_kinds = len({kind(r) for r in relations}) > 1
+    p_kind = kinds_left_out(rows, features)[0] if several_kinds else None
+    checks = [p] if p_kind is None else [p, p_kind]
+    high = max(choose_bands(q[chosen], hits[chosen], eligible[chosen])[0] for q in checks)
+    medium = min(*(choose_bands(q, hits, eligible)[1] for q in checks), high)
     check_model = fit(rows, features, (high, medium))
     report: dict[str, Any] = {
         "method": "a logistic regression mapped through an isotonic curve",
         "features": list(features),
-        "bands": {"high": high, "medium": medium, "high_needs_votes": MIN_HIGH_VOTES},
-        "left_out": summary(rows, p, check_model),
+        "bands": {
+            "high": high,
+            "medium": medium,
+            "high_needs_votes": MIN_HIGH_VOTES,
+            "checked_on": "relations and kinds left out" if several_kinds else "relations left out",
+        },
+        "left_out": summary_by_chance(rows, p, check_model),
         "reliability": reliability(p, [r.hit for r in rows]),
         "relations": {},
         "kinds": {},
@@ -370,15 +407,15 @@ def calibrate(
         mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
         report["kinds"][name] = {
             "relations": sorted({rows[i].relation for i in mine}),
-            **summary([rows[i] for i in mine], p[mine], check_model),
+            **summary_by_chance([rows[i] for i in mine], p[mine], check_model),
         }
-    if len({kind(r) for r in relations}) > 1:
-        p_kind, _ = kinds_left_out(rows, features)
-        report["kinds_left_out"] = {"all": summary(rows, p_kind, check_model)}
+    if p_kind is not None:
+        report["kinds_left_out"] = {"all": summary_by_chance(rows, p_kind, check_model)}
         report["reliability_kinds_left_out"] = reliability(p_kind, [r.hit for r in rows])
         for name in sorted({kind(r) for r in relations}):
             mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
-            report["kinds_left_out"][name] = summary([rows[i] for i in mine], p_kind[mine], check_model)
+            picked = [rows[i] for i in mine]
+            report["kinds_left_out"][name] = summary_by_chance(picked, p_kind[mine], check_model)
     head = report["left_out"]
     headline = {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}
     info = {**dict(about or {}), "relations": relations, "left_out": headline}
@@ -487,6 +524,15 @@ def calibration_line(check: Mapping[str, Any], where: Path | None, out: Path, in
     )
 
 
+def refit_features(current: Fit | None) -> tuple[str, ...]:
+    """The inputs of a new fit: those of the regression in use (a shipped fit chose them for its model
+    and method: BERT-base's BERT-kNN fit reads the question's hardness, MiniLM's does not, where it
+    checked no better), else ``DEFAULT_FEATURES``."""
+    if current is not None and current.p_from == "fit" and current.features:
+        return tuple(current.features)
+    return DEFAULT_FEATURES
+
+
 def write_calibration(
     checkpoint: Path,
     out: Path,
@@ -513,7 +559,7 @@ def write_calibration(
         )
     about = {"model": model, "stored": f"fitted by eval calibrate on {len(rows):,} answers ({out})"}
     try:
-        fit, check = calibrate(rows, about=about)
+        fit, check = calibrate(rows, refit_features(current[0] if current else None), about=about)
     except ValueError as exc:
         raise ConfigError(f"cannot fit confidence: {exc}") from None
     keep, why = judge_new_fit(rows, check, *current) if current is not None else (True, "no fit in use")

@@ -287,7 +287,8 @@ def _rank_batch(
             best = [float(x) for x in probs[:2]] + [0.0, 0.0]
             top_id = ids[0] if ids else None
             kinds = searcher.kind_signals(top_id, scored)
-            said = signals_of(top_id, best[0], best[1], nb, scored.coverage, kinds)
+            hard = searcher.hardness(scored)
+            said = signals_of(top_id, best[0], best[1], nb, scored.coverage, kinds, hard)
             conf = judge(said, False, searcher.confidence_fit)
             extra["confidence"] = None if conf is None else {"p": conf.p, "level": conf.level}
             extra["confidence_signals"] = signals_json(said)

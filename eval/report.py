@@ -363,9 +363,24 @@ def render_calibration(check: Mapping[str, Any], stored: Path | None) -> str:
         lines += ["Whole kinds left out:", ""]
         kinds = check["kinds_left_out"]
         rows = [_calibration_row("**all**" if k == "all" else k, 0, v) for k, v in kinds.items()]
-        lines += [*table(header, rows), ""]
+        # the ECE a perfectly calibrated p shows on so few answers by chance (eval.sampling.ece_floor)
+        floors = [_floor((v.get("chance") or {}).get("ece_floor")) for v in kinds.values()]
+        rows = [[*row[:6], floor, *row[6:]] for row, floor in zip(rows, floors)]
+        lines += [*table([*header[:6], "ECE by chance", *header[6:]], rows), ""]
+        lines += [
+            "ECE by chance: the median and 95th percentile of the ECE of outcomes drawn from each"
+            " answer's own p (a perfectly calibrated p on these answers); an ECE above the second is a"
+            " real miss.",
+            "",
+        ]
     lines += ["P@1 per band in %, its answers in brackets.", ""]
     return "\n".join(lines)
+
+
+def _floor(floor: Mapping[str, Any] | None) -> str:
+    if not floor or floor.get("median") is None:
+        return "–"
+    return f"{_num(floor['median'])} ({_num(floor['p95'])})"
 
 
 def _calibration_row(name: str, relations: int, s: Mapping[str, Any]) -> list[str]:

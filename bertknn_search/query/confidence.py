@@ -32,6 +32,7 @@ import numpy as np
 from bertknn_search.errors import ConfigError
 from bertknn_search.query.answer_kinds import KindSignals
 from bertknn_search.query.fit_files import check_fit_json, parse_fit_json, read_fit_json, what_to_do
+from bertknn_search.query.hardness import Hardness
 from bertknn_search.records import Confidence, Coverage, Neighbors, Prediction
 
 LEVELS = ("low", "medium", "high")
@@ -60,6 +61,9 @@ class Signals:
         kinds: the answer's kind against its neighbours' (``answer_kinds.KindSignals``; "word" for all in
             checkpoints written before they were recorded). Its fields read as ``kind``, ``majority``,
             ``kind_share``, ``bert_kind_share`` and ``bert_p`` here and in the JSON.
+        hard: how hard the question is, whatever its relation (``hardness.Hardness``: BERT's top-1
+            probability and entropy, the kNN distribution's entropy, the neighbours' mean distance;
+            its fields flat in the JSON, each None where not known).
     """
 
     top1: float
@@ -73,6 +77,7 @@ class Signals:
     contexts: int
     coverage: float
     kinds: KindSignals = field(default_factory=KindSignals)
+    hard: Hardness = field(default_factory=Hardness)
 
     @property
     def kind(self) -> str:
@@ -135,7 +140,23 @@ FEATURES: dict[str, Any] = {
     # share and 0 (a fit for such a model is fitted where they are absent, so they carry no weight).
     "bert_kind_share": lambda s: s.kind_share if s.bert_kind_share is None else s.bert_kind_share,
     "bert_p": lambda s: 0.0 if s.bert_p is None else s.bert_p,
+    # How hard the question is, whatever its relation (``hardness``; issue 49): where a signal is not
+    # known (no MLM head, a checkpoint without it) it enters as 0, which a fit where it is never known
+    # gives no weight.
+    "bert_top1": lambda s: _known(s.hard.bert_top1),
+    "bert_entropy": lambda s: _known(s.hard.bert_entropy),
+    "knn_entropy": lambda s: _known(s.hard.knn_entropy),
+    "log_distinct": lambda s: math.log1p(s.distinct * s.neighbors),
+    "log_nearest": lambda s: math.log1p(s.nearest) if math.isfinite(s.nearest) else 0.0,
+    "log_mean_distance": lambda s: _known(s.hard.mean_distance, math.log1p),
 }
+
+
+def _known(value: float | None, then: Any = None) -> float:
+    """A signal that may be unknown as a fit input: 0 where it is None or not finite."""
+    if value is None or not math.isfinite(value):
+        return 0.0
+    return float(then(value) if then is not None else value)
 
 
 def signals(
@@ -143,6 +164,7 @@ def signals(
     nb: Neighbors,
     coverage: Mapping[str, Coverage] | None = None,
     kinds: KindSignals | None = None,
+    hard: Hardness | None = None,
 ) -> Signals:
     """The signals of an answer whose ranking (best first) was computed from the neighbours ``nb``.
 
@@ -152,7 +174,7 @@ def signals(
     """
     probs = [p.prob for p in ranking[:2]] + [0.0, 0.0]
     top = ranking[0].token_id if ranking else None
-    return signals_of(top, probs[0], probs[1], nb, coverage, kinds)
+    return signals_of(top, probs[0], probs[1], nb, coverage, kinds, hard)
 
 
 def signals_of(
@@ -162,6 +184,7 @@ def signals_of(
     nb: Neighbors,
     coverage: Mapping[str, Coverage] | None,
     kinds: KindSignals | None = None,
+    hard: Hardness | None = None,
 ) -> Signals:
     """``signals`` from the top answer's value and the two best probabilities (what evaluation has)."""
     n = len(nb)
@@ -169,9 +192,9 @@ def signals_of(
     total = sum(c.total for c in (coverage or {}).values())
     contexts = total if total else n
     share_seen = min(seen / total, 1.0) if total else 1.0
-    k = kinds or KindSignals()
+    k, h = kinds or KindSignals(), hard or Hardness()
     if top is None or n == 0:
-        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen, k)
+        return Signals(top1, top1 - second, 0, n, 0.0, False, 0.0, math.inf, contexts, share_seen, k, h)
     holds = nb.token_ids == top
     nearest_first = np.argsort(nb.distances, kind="stable")
     return Signals(
@@ -186,6 +209,7 @@ def signals_of(
         contexts=contexts,
         coverage=share_seen,
         kinds=k,
+        hard=h,
     )
 
 
@@ -413,6 +437,7 @@ def assess(
     fit: Fit | None = None,
     kinds: KindSignals | None = None,
     fit_name: str | None = None,
+    hard: Hardness | None = None,
 ) -> Confidence | None:
     """An answer's confidence; None where no answer was computed (no neighbours and no MLM head).
 
@@ -425,8 +450,9 @@ def assess(
         fit: the regression and bands (default: the shipped fit).
         kinds: the answer's kind against its neighbours' (``answer_kinds.KindTable.signals``).
         fit_name: which fit this is, for the answer's JSON (``fit_and_name``).
+        hard: how hard the question is (``hardness.hardness``).
     """
-    found = signals(ranking, nb, coverage, kinds)
+    found = signals(ranking, nb, coverage, kinds, hard)
     return judge(found, bert_available and bool(ranking), fit, fit_name)
 
 
@@ -460,8 +486,9 @@ _KIND_JSON |= {"bert_share": "bert_kind_share", "bert_p": "bert_p"}
 
 def signals_json(found: Signals) -> dict[str, Any]:
     """``found`` as JSON, flat: floats rounded (a batch of another shape moves the last bits), no infinity."""
-    flat = {f.name: getattr(found, f.name) for f in fields(found) if f.name != "kinds"}
+    flat = {f.name: getattr(found, f.name) for f in fields(found) if f.name not in ("kinds", "hard")}
     flat |= {_KIND_JSON[name]: value for name, value in asdict(found.kinds).items()}
+    flat |= asdict(found.hard)
     out: dict[str, Any] = {}
     for name, value in flat.items():
         if isinstance(value, float):
@@ -471,8 +498,11 @@ def signals_json(found: Signals) -> dict[str, Any]:
 
 
 def signals_from_json(data: Mapping[str, Any]) -> Signals:
-    """``signals_json``'s inverse."""
+    """``signals_json``'s inverse (a line written before a signal was recorded leaves it at its default)."""
     rest = dict(data)
     kinds = KindSignals(**{name: rest.pop(key) for name, key in _KIND_JSON.items() if key in rest})
+    hard = Hardness(**{f.name: rest.pop(f.name) for f in fields(Hardness) if f.name in rest})
     nearest = rest.get("nearest")
-    return Signals(**{**rest, "nearest": math.inf if nearest is None else nearest, "kinds": kinds})
+    return Signals(
+        **{**rest, "nearest": math.inf if nearest is None else nearest, "kinds": kinds, "hard": hard}
+    )

@@ -22,6 +22,7 @@ from bertknn_search.query.confidence import FIT_FILE, Fit, assess, fit_and_name,
 from bertknn_search.query.evidence import with_evidence
 from bertknn_search.query.evidence_words import checked_words
 from bertknn_search.query.gates import confidence, decide, log_popularity
+from bertknn_search.query.hardness import Hardness, hardness
 from bertknn_search.query.interpolate import interpolate, rank
 from bertknn_search.query.knn import knn_probs
 from bertknn_search.query.neighbour_words import resolve_words
@@ -142,6 +143,11 @@ class Searcher:
             nb.distances, self.config.temperature, self.config.distance == "squared-l2"
         )
         return self.kind_table.signals(top, nb.token_ids, weights, scored.p_bert)
+
+    def hardness(self, scored: Scored) -> Hardness:
+        """How hard the question is, whatever its relation (``hardness``), for its confidence."""
+        answerable = self.answerable if scored.p_bert is not None else None
+        return hardness(scored.p_knn, scored.neighbors.distances, scored.p_bert, answerable)
 
     def same_kind(self, p: np.ndarray, scored: Scored) -> np.ndarray:
         """``p`` kept to the neighbours' majority kind (``--same-kind``)."""
@@ -388,6 +394,7 @@ class Searcher:
                     self.confidence_fit,
                     self.kind_signals(ranking[0].token_id if ranking else None, s),
                     self.fit_name,
+                    self.hardness(s),
                 ),
             )
             cfg = self.config

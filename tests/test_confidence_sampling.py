@@ -1,0 +1,112 @@
+"""What chance allows a calibration check: the ECE floor of a perfectly calibrated p, and the intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertknn_search.eval.calibration import (
+    Measured,
+    auc,
+    calibrate,
+    choose_bands,
+    ece,
+    kinds_left_out,
+    left_out,
+)
+from bertknn_search.eval.report import render_calibration
+from bertknn_search.eval.sampling import _auc_rows, auroc_interval, ece_draws, ece_floor, share_interval
+from bertknn_search.query.answer_kinds import KindSignals
+from bertknn_search.query.confidence import Signals
+
+
+def test_the_floor_is_the_ece_of_outcomes_drawn_from_p_itself() -> None:
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.05, 0.95, 150)
+    floor = ece_floor(p)
+    # a hand-made draw: outcomes from p, binned as ece bins them
+    hand = [ece(p, np.random.default_rng(s).random(150) < p) for s in range(300)]
+    assert abs(floor["median"] - float(np.median(hand))) < 0.01
+    assert floor["median"] <= floor["p95"]
+    assert floor["median"] > 0.03  # 150 answers: a calibrated p is far from ECE 0
+
+
+def test_the_floor_falls_as_the_answers_grow_and_is_zero_for_certain_answers() -> None:
+    rng = np.random.default_rng(1)
+    small = ece_floor(rng.uniform(0, 1, 100))["median"]
+    large = ece_floor(rng.uniform(0, 1, 10_000))["median"]
+    assert large < small / 5  # about 1/sqrt(n)
+    assert ece_floor([0.0] * 50 + [1.0] * 50)["p95"] == 0.0  # p 0 or 1: every draw is as p says
+    assert ece_floor([])["median"] is None
+    assert len(ece_draws([0.3] * 10, draws=7)) == 7
+
+
+def test_the_floor_is_the_same_on_every_run() -> None:
+    p = np.linspace(0.01, 0.99, 120)
+    assert ece_floor(p) == ece_floor(p)
+
+
+def test_the_resampled_auroc_is_calibrations_auc_with_ties() -> None:
+    scores = np.array([[0.1, 0.4, 0.4, 0.8, 0.2, 0.4]])
+    hits = np.array([[False, True, False, True, False, True]])
+    assert abs(_auc_rows(scores, hits)[0] - auc(scores[0], hits[0])) < 1e-12
+    assert np.isnan(_auc_rows(scores, np.zeros_like(hits))[0])
+
+
+def test_the_auroc_interval_holds_the_auroc_and_needs_both_outcomes() -> None:
+    rng = np.random.default_rng(2)
+    p = rng.uniform(0, 1, 200)
+    hits = rng.random(200) < p
+    low, high = auroc_interval(p, hits)  # type: ignore[misc]
+    assert low < (auc(p, hits) or 0) < high
+    assert auroc_interval(p, np.ones(200, dtype=bool)) is None
+
+
+def test_the_wilson_interval_of_a_share() -> None:
+    assert share_interval(0, 2) == [0.0, 0.658]  # 0 of 2 says little: up to two in three
+    low, high = share_interval(40, 100)  # type: ignore[misc]
+    assert low < 0.4 < high and abs(low - 0.309) < 0.002 and abs(high - 0.498) < 0.002
+    assert share_interval(0, 0) is None
+
+
+def test_calibrate_gives_each_kind_left_out_its_floor_and_the_report_shows_it() -> None:
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(480):
+        relation = ("P19", "P20", "P103", "P1412", "P106", "P101")[i % 6]
+        votes = int(rng.integers(0, 20))
+        found = Signals(0.5, 0.1, votes, 20, votes / 20, votes > 10, 0.5, 1.0, 20, 1.0, KindSignals())
+        rows.append(Measured(str(i), relation, found, bool(rng.random() < (votes + 1) / 22)))
+    _, check = calibrate(rows)
+    for name, part in check["kinds_left_out"].items():
+        floor = part["chance"]["ece_floor"]
+        assert 0 < floor["median"] <= floor["p95"] < 0.3, name
+        assert part["chance"]["auroc_95"] is not None
+    text = render_calibration(check, None)
+    assert "ECE by chance" in text
+    median = check["kinds_left_out"]["languages"]["chance"]["ece_floor"]["median"]
+    assert f"{median:.3f}" in text
+
+
+def test_the_bands_keep_their_promise_on_kinds_left_out_too() -> None:
+    # Places and languages are right far more often than professions with the same votes: a fit that
+    # never saw professions promises them too much, which relations left out (other professions seen)
+    # hide. "High" must then rise until it holds on kinds left out as well.
+    rng = np.random.default_rng(7)
+    rate = {"P19": 0.9, "P20": 0.9, "P103": 0.9, "P1412": 0.9, "P106": 0.2, "P101": 0.2}
+    rows = []
+    for i in range(600):
+        relation = list(rate)[i % 6]
+        votes = int(rng.integers(0, 20))
+        found = Signals(0.5, 0.1, votes, 20, votes / 20, votes > 10, 0.5, 1.0, 20, 1.0, KindSignals())
+        rows.append(Measured(str(i), relation, found, bool(rng.random() < rate[relation] * votes / 20)))
+    hits = np.array([r.hit for r in rows])
+    eligible = np.array([r.signals.votes >= 2 for r in rows])
+    by_relations = choose_bands(left_out(rows), hits, eligible)[0]
+    p_kind, _ = kinds_left_out(rows)
+    _, check = calibrate(rows)
+    assert check["bands"]["checked_on"] == "relations and kinds left out"
+    assert check["bands"]["high"] > by_relations  # relations left out alone would have cut lower
+    broken = (p_kind >= by_relations) & eligible
+    assert hits[broken].mean() < 0.5  # the cut of relations left out breaks the promise on kinds left out
+    high = (p_kind >= check["bands"]["high"]) & eligible
+    assert not high.any() or hits[high].mean() >= 0.5
