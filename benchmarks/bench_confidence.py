@@ -49,6 +49,7 @@ from bertknn_search.eval.calibration import (
     BERT_ALONE_FEATURES,
     HARDNESS_FEATURES,
     Measured,
+    auc,
     bert_alone_rows,
     calibrate,
     choose_bands,
@@ -67,7 +68,7 @@ from bertknn_search.eval.report import plot_reliability
 from bertknn_search.eval.sampling import ece_floor
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.answer_kinds import MONTHS, kind_of
-from bertknn_search.query.confidence import MIN_HIGH_VOTES, Fit
+from bertknn_search.query.confidence import MIN_HIGH_VOTES, Fit, no_vote_p
 from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,6 +306,35 @@ def features_named(text: str) -> tuple[str, ...]:
     return FEATURE_SETS.get(text) or tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+def no_vote_answers(rows: Sequence[Measured]) -> dict[str, Any] | None:
+    """The answers no neighbour votes for (BERT put them first; ``confidence.no_vote_p``), on whole
+    articles and partial ones: how often right, and how two rules read them — BERT's own probability
+    of the answer (the BERT-alone rule as it is) and ``no_vote_p`` (it, discounted by the share of the
+    articles the neighbours saw). Neither is fitted, so every answer is out of sample. None where there
+    are none (kNN alone: the top answer always has a vote)."""
+    chosen = [r for r in rows if no_vote_p(r.signals) is not None]
+    if not chosen:
+        return None
+    groups = {
+        "all": chosen,
+        "whole": [r for r in chosen if not r.signals.partial],
+        "partial": [r for r in chosen if r.signals.partial],
+    }
+    table: dict[str, Any] = {}
+    for name, part in groups.items():
+        hits = [r.hit for r in part]
+        table[name] = {"answers": len(part), "right": int(sum(hits))}
+        for rule, read in (("bert_p", lambda s: s.bert_p), ("no_vote_p", no_vote_p)):
+            p = [float(read(r.signals) or 0.0) for r in part]
+            ranked, gap = auc(p, hits), ece(p, hits)
+            table[name][rule] = {
+                "mean_p": round(float(np.mean(p)), 4) if p else None,
+                "auroc": None if ranked is None else round(ranked, 4),
+                "ece": None if gap is None else round(gap, 4),
+            }
+    return table
+
+
 def compare_features(rows: Sequence[Measured]) -> dict[str, Any]:
     """Each of ``FEATURE_SETS`` fitted and checked as ``calibrate`` does (its own bands): every answer
     scored by a fit without its relation, and by a fit without its kind of relation; overall and per kind
@@ -360,6 +390,7 @@ def from_checkpoint(args: argparse.Namespace) -> None:
         "exact_left_out": summary(exact, scored_left_out(exact, fits), fit),
         "partial_left_out": summary(partial, scored_left_out(partial, fits), fit) if partial else None,
         "same_kind": same_kind_effect(first),
+        "no_vote": no_vote_answers(rows),
         "bert_alone": bert_alone(args, lines, name),
         "feature_sets": compare_features(rows) if args.compare_features else None,
         "kind_offsets": kind_offsets(rows, kinds_left_out(rows, features)[0]),

@@ -30,6 +30,7 @@ from bertknn_search.query.confidence import (
     MIN_HIGH_VOTES,
     Fit,
     Signals,
+    no_vote_p,
     signals_from_json,
 )
 
@@ -62,6 +63,10 @@ BINS = 10  # equal-width bins of p for the ECE and the reliability diagram
 # be "high": votes and kind) were right at least HIGH_RIGHT of the time.
 LOW_RIGHT = 0.05
 HIGH_RIGHT = 0.5
+# "Low" must keep its promise in every kind left out too (issue 49), but only a kind that holds this many
+# answers under the cut is checked alone: at 20, one right answer is 5% (1 in 20), within the promise,
+# so a single answer never moves the cut; a kind with fewer is checked only with all the others.
+MIN_LOW_KIND = math.ceil(1 / LOW_RIGHT)
 # What a relation is about, for the per-kind numbers (LAMA T-REx; others count as "other").
 KINDS: dict[str, tuple[str, ...]] = {
     "places": ("P19", "P20", "P937", "P159", "P740", "P131", "P276"),
@@ -119,9 +124,14 @@ def fit(
 ) -> Fit:
     """A fit of ``p`` on ``rows`` (answers with neighbours), with the given (high, medium) thresholds.
 
+    The regression is fitted on the answers it scores: an answer no neighbour votes for gets
+    ``no_vote_p`` (BERT's probability, discounted by what the neighbours saw) whatever the fit, so it
+    is left out of the regression, whose weights it would only bend.
+
     Raises:
         ValueError: no answer, or all right or all wrong (nothing to fit).
     """
+    rows = [r for r in rows if no_vote_p(r.signals) is None]
     hits = np.array([r.hit for r in rows], dtype=np.float64)
     if not len(rows) or hits.min() == hits.max():
         raise ValueError("a fit needs right and wrong answers")
@@ -225,25 +235,32 @@ def choose_bands(
     eligible: Sequence[bool] | None = None,
     low_right: float = LOW_RIGHT,
     high_right: float = HIGH_RIGHT,
+    groups: Sequence[str] | None = None,
+    min_group: int = MIN_LOW_KIND,
 ) -> tuple[float, float]:
     """Thresholds (high, medium) on left-out ``p``, on a grid of 0.01.
 
     ``p`` is calibrated, so a band is first a probability: "low" is p < ``low_right`` (an answer's own
     p says it is right at most that often) and "high" p >= ``high_right`` (at least as likely right as
     wrong). The left-out answers then check the promise: "medium" (the top of "low") is lowered until
-    the answers under it were right at most ``low_right`` of the time, and "high" raised until the
-    answers at or above it that may be "high" (``eligible``: enough votes, the neighbours' kind) were
-    right at least ``high_right`` of the time. A strong model's "low" may thus hold few answers and a
-    weak one's "high" few: that is what they are worth.
+    the answers under it were right at most ``low_right`` of the time — all of them, and, with
+    ``groups`` (each answer's kind of relation), those of every kind that holds ``min_group`` answers
+    or more under the cut — and "high" raised until the answers at or above it that may be "high"
+    (``eligible``: enough votes, the neighbours' kind) were right at least ``high_right`` of the time.
+    A strong model's "low" may thus hold few answers and a weak one's "high" few: that is what they
+    are worth.
     """
     pv = np.asarray(p, dtype=np.float64)
     hv = np.asarray(hits, dtype=bool)
     ev = np.ones(len(pv), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
+    gv = np.asarray(groups if groups is not None else [""] * len(pv), dtype=object)
     grid = np.round(np.arange(0, 101) / 100, 2)
     medium = 0.0
     for cut in grid[grid <= low_right][::-1]:
         under = pv < cut
-        if not under.any() or hv[under].mean() <= low_right:
+        kinds = [under & (gv == g) for g in set(gv[under].tolist())] if groups is not None else []
+        checked = [under, *(mine for mine in kinds if mine.sum() >= min_group)]
+        if all(not mine.any() or hv[mine].mean() <= low_right for mine in checked):
             medium = float(cut)
             break
     high = 1.0
@@ -381,7 +398,10 @@ def calibrate(
     p_kind = kinds_left_out(rows, features)[0] if several_kinds else None
     checks = [p] if p_kind is None else [p, p_kind]
     high = max(choose_bands(q[chosen], hits[chosen], eligible[chosen])[0] for q in checks)
-    medium = min(*(choose_bands(q, hits, eligible)[1] for q in checks), high)
+    # "Low" on kinds left out holds in each kind that has enough answers under it (``MIN_LOW_KIND``).
+    groups = [kind(r.relation) for r in rows]
+    lows = [choose_bands(q, hits, eligible, groups=groups if q is p_kind else None)[1] for q in checks]
+    medium = min(*lows, high)
     check_model = fit(rows, features, (high, medium))
     report: dict[str, Any] = {
         "method": "a logistic regression mapped through an isotonic curve",
@@ -390,6 +410,7 @@ def calibrate(
             "high": high,
             "medium": medium,
             "high_needs_votes": MIN_HIGH_VOTES,
+            "low_checked_per_kind_from": MIN_LOW_KIND,
             "checked_on": "relations and kinds left out" if several_kinds else "relations left out",
         },
         "left_out": summary_by_chance(rows, p, check_model),
@@ -470,7 +491,8 @@ def bert_alone_rows(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
             nearest=math.inf,
             contexts=n,
             coverage=float(said.get("coverage", 1.0)),
-            kinds=KindSignals(mine, str(said.get("majority", mine)), bert_p=float(top1)),
+            # no bert_p: the votes here may be unknown (0), which ``no_vote_p`` would read as none
+            kinds=KindSignals(mine, str(said.get("majority", mine))),
         )
         out.append(Measured(line["key"], line["relation"], found, ranks["bert"] == 1))
     return out

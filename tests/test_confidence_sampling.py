@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertknn_search.eval.calibration import (
+    MIN_LOW_KIND,
     Measured,
     auc,
     calibrate,
@@ -110,3 +111,23 @@ def test_the_bands_keep_their_promise_on_kinds_left_out_too() -> None:
     assert hits[broken].mean() < 0.5  # the cut of relations left out breaks the promise on kinds left out
     high = (p_kind >= check["bands"]["high"]) & eligible
     assert not high.any() or hits[high].mean() >= 0.5
+
+
+def test_low_keeps_its_promise_in_every_kind_left_out_that_has_enough_answers_under_it() -> None:
+    # 200 places answers far under the cut, all wrong, hide from the pooled check a kind whose answers
+    # just under 0.05 are right 2 times in 20 (10%): "low" must drop below them.
+    p = [0.01] * 200 + [0.04] * MIN_LOW_KIND + [0.3] * 100
+    hits = [False] * 200 + [i < 2 for i in range(MIN_LOW_KIND)] + [True] * 100
+    kinds = ["places"] * 200 + ["dates"] * MIN_LOW_KIND + ["places"] * 100
+    assert MIN_LOW_KIND == 20  # one right answer in 20 is 5%: within the promise
+    assert choose_bands(p, hits)[1] == 0.05  # pooled: 2 right of 220
+    assert choose_bands(p, hits, groups=kinds)[1] == 0.04
+    # One right answer in the kind's 20 keeps the promise (5%), and so does a kind with fewer answers
+    # under the cut than the minimum, however many of them are right: they do not move the cut.
+    one = [False] * 200 + [i < 1 for i in range(MIN_LOW_KIND)] + [True] * 100
+    assert choose_bands(p, one, groups=kinds)[1] == 0.05
+    few = MIN_LOW_KIND - 1
+    p_few = [0.01] * 200 + [0.04] * few + [0.3] * 100
+    hits_few = [False] * 200 + [i < 3 for i in range(few)] + [True] * 100
+    kinds_few = ["places"] * 200 + ["dates"] * few + ["places"] * 100
+    assert choose_bands(p_few, hits_few, groups=kinds_few)[1] == 0.05
