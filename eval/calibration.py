@@ -66,7 +66,7 @@ HIGH_RIGHT = 0.5
 # "Low" must keep its promise in every kind left out too (issue 49), but only a kind that holds this many
 # answers under the cut is checked alone: at 20, one right answer is 5% (1 in 20), within the promise,
 # so a single answer never moves the cut; a kind with fewer is checked only with all the others.
-MIN_LOW_KIND = math.ceil(1 / LOW_RIGHT)
+MIN_LOW_KIND = round(1 / LOW_RIGHT)
 # What a relation is about, for the per-kind numbers (LAMA T-REx; others count as "other").
 KINDS: dict[str, tuple[str, ...]] = {
     "places": ("P19", "P20", "P937", "P159", "P740", "P131", "P276"),

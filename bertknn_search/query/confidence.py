@@ -254,8 +254,8 @@ class Fit:
             (isotonic regression); () keeps the regression's p.
         about: what it was fitted on (model, relations, answers) and how it did on left-out relations.
         p_from: "fit" (the regression and curve; ``no_vote_p`` for an answer no neighbour votes for), or
-            "top1": ``p`` is the answer's top-1 probability
-            itself, no regression (BERT's answers alone, where no fit of it checked better than it).
+            "top1": ``p`` is the answer's top-1 probability itself, no regression (BERT's answers alone,
+            where no fit of it checked better than it).
     """
 
     features: tuple[str, ...]
