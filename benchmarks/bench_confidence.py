@@ -49,21 +49,19 @@ from bertknn_search.eval.calibration import (
     BERT_ALONE_FEATURES,
     HARDNESS_FEATURES,
     Measured,
-    auc,
     bert_alone_rows,
     calibrate,
     choose_bands,
-    ece,
     from_lines,
     kind,
     kinds_left_out,
     left_out_fits,
-    reliability,
     summary,
 )
 from bertknn_search.eval.datasets import Fact, read_facts
 from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
 from bertknn_search.eval.harness import evaluate
+from bertknn_search.eval.reliability import auc, ece, reliability
 from bertknn_search.eval.report import plot_reliability
 from bertknn_search.eval.sampling import ece_floor
 from bertknn_search.ingest.pipeline import ingest

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bertknn_search.errors import ConfigError
+from bertknn_search.eval.reliability import BINS, auc, ece, reliability
 from bertknn_search.eval.report import plot_reliability, render_calibration
 from bertknn_search.eval.sampling import chance
 from bertknn_search.query.answer_kinds import KindSignals, kind_of
@@ -56,7 +57,6 @@ HARDNESS_FEATURES = tuple(name for name in FEATURES if name not in ANSWER_FEATUR
 DEFAULT_FEATURES = ANSWER_FEATURES
 MIN_BLOCK = 50  # answers per step of the isotonic curve at least: fewer would follow noise
 L2 = 1.0  # ridge penalty on the standardised weights: keeps a small relation from swinging the fit
-BINS = 10  # equal-width bins of p for the ECE and the reliability diagram
 # Bands, on the probability scale (``choose_bands``), so that they mean the same for every fit: "low" is
 # p below LOW_RIGHT at most, lowered until the left-out answers under it were right at most LOW_RIGHT of
 # the time; "high" is p of HIGH_RIGHT at least, raised until the left-out answers at or above it (that may
@@ -270,50 +270,6 @@ def choose_bands(
             high = float(cut)
             break
     return high, medium
-
-
-def auc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
-    """Probability that a right answer scores above a wrong one (ties count half); None without both."""
-    s = np.asarray(scores, dtype=np.float64)
-    h = np.asarray(hits, dtype=bool)
-    pos, neg = int(h.sum()), int((~h).sum())
-    if pos == 0 or neg == 0:
-        return None
-    order = np.argsort(s, kind="stable")
-    ranks = np.empty(len(s), dtype=np.float64)
-    ranks[order] = np.arange(1, len(s) + 1)
-    for value in np.unique(s):  # tied scores share their mean rank
-        tied = s == value
-        ranks[tied] = ranks[tied].mean()
-    return float((ranks[h].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def reliability(p: Sequence[float], hits: Sequence[bool], bins: int = BINS) -> list[dict[str, Any]]:
-    """Per equal-width bin of ``p`` that holds answers: its range, answers, mean ``p`` and share right."""
-    pv, hv = np.asarray(p, dtype=np.float64), np.asarray(hits, dtype=np.float64)
-    which = np.minimum((pv * bins).astype(int), bins - 1)
-    out = []
-    for b in range(bins):
-        inside = which == b
-        if inside.any():
-            out.append(
-                {
-                    "low": b / bins,
-                    "high": (b + 1) / bins,
-                    "answers": int(inside.sum()),
-                    "mean_p": float(pv[inside].mean()),
-                    "right": float(hv[inside].mean()),
-                }
-            )
-    return out
-
-
-def ece(p: Sequence[float], hits: Sequence[bool], bins: int = BINS) -> float | None:
-    """Expected calibration error: the answers' share-weighted gap between mean ``p`` and share right,
-    over equal-width bins of ``p``; None without answers."""
-    table = reliability(p, hits, bins)
-    n = sum(b["answers"] for b in table)
-    return sum(b["answers"] * abs(b["mean_p"] - b["right"]) for b in table) / n if n else None
 
 
 def band_table(

@@ -20,9 +20,10 @@ from tqdm import tqdm
 from bertknn_search import progress_lines
 from bertknn_search.config import Config, flag_name
 from bertknn_search.errors import ConfigError, InputFormatError, QuestionError
-from bertknn_search.eval.calibration import from_lines, reliability, summary
+from bertknn_search.eval.calibration import from_lines, summary
 from bertknn_search.eval.datasets import MASK, Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
+from bertknn_search.eval.reliability import reliability
 from bertknn_search.eval.report import write_report
 from bertknn_search.query.confidence import judge, signals_json, signals_of
 from bertknn_search.query.gates import SIGNALS, confidence, retrieves, threshold_for

@@ -314,7 +314,7 @@ def _num(value: float | None) -> str:
 
 def plot_reliability(bins: Sequence[Mapping[str, Any]], ece: float | None, path: Path, title: str) -> Path:
     """A reliability diagram: share right against mean ``p`` per bin (the diagonal is perfect), the
-    answers per bin below (``calibration.reliability``'s table)."""
+    answers per bin below (``reliability.reliability``'s table)."""
     from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
 
     fig = Figure(figsize=(4.6, 5.2), layout="constrained")

@@ -23,7 +23,7 @@ Z95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95% inter
 
 
 def _bin_onehot(p: np.ndarray, bins: int) -> np.ndarray:
-    """(answers, bins) 0/1: each answer's equal-width bin of ``p``, as ``calibration.reliability`` bins."""
+    """(answers, bins) 0/1: each answer's equal-width bin of ``p``, as ``reliability.reliability`` bins."""
     which = np.minimum((p * bins).astype(int), bins - 1)
     return np.eye(bins)[which]
 

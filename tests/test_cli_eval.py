@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from bertknn_search.cli import main
 from bertknn_search.config import Config
 from bertknn_search.demo import Fact
-from bertknn_search.eval.calibration import ece
+from bertknn_search.eval.reliability import ece
 from bertknn_search.query.confidence import FIT_FILE, Fit, shipped
 
 

@@ -17,16 +17,14 @@ from bertknn_search.errors import ConfigError
 from bertknn_search.eval.calibration import (
     BERT_ALONE_FEATURES,
     Measured,
-    auc,
     bert_alone_rows,
     calibrate,
     choose_bands,
-    ece,
     fit,
     left_out,
     logistic,
-    reliability,
 )
+from bertknn_search.eval.reliability import auc, ece, reliability
 from bertknn_search.output import render_answer, render_coverage, to_json
 from bertknn_search.query.confidence import (
     FIT_FILE,

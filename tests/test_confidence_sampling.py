@@ -7,14 +7,13 @@ import numpy as np
 from bertknn_search.eval.calibration import (
     MIN_LOW_KIND,
     Measured,
-    auc,
     calibrate,
     choose_bands,
-    ece,
     kind,
     kinds_left_out,
     left_out,
 )
+from bertknn_search.eval.reliability import auc, ece
 from bertknn_search.eval.report import render_calibration
 from bertknn_search.eval.sampling import _auc_rows, auroc_interval, ece_draws, ece_floor, share_interval
 from bertknn_search.query.answer_kinds import KindSignals
