@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bertknn_search.backends.engines.bodies import CONTEXT_SOURCE, TIE_ORDER, floats
+from bertknn_search.backends.engines.bodies import CONTEXT_FETCH, TIE_ORDER, floats
 from bertknn_search.backends.engines.dialect import (
     KNN_SPARE,
     MAX_CANDIDATES,
@@ -98,7 +98,7 @@ class ElasticsearchDialect(Dialect):
             "track_total_hits": False,
             "knn": knn,
             "sort": TIE_ORDER,
-            "_source": CONTEXT_SOURCE,
+            **CONTEXT_FETCH,
         }
 
     def mget(self, client: Any, index: str, ids: list[str], source: list[str], realtime: bool) -> Any:
