@@ -505,16 +505,17 @@ def test_parse_neighbors_reads_doc_values_as_it_reads_source() -> None:
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
 
 
+@pytest.mark.parametrize("padded", [True, False])  # Elasticsearch pads base64, OpenSearch does not
 @pytest.mark.parametrize(("dim", "dtype"), [(6, "float16"), (8, "float16"), (6, "int8"), (8, "int8")])
-def test_parse_neighbors_decodes_every_hits_key(dim: int, dtype: str) -> None:
-    # float16 rows of 12 bytes are base64 without padding, joined and decoded at once; the others
-    # (OpenSearch leaves padding out) one by one: the same keys either way.
+def test_parse_neighbors_decodes_every_hits_key(dim: int, dtype: str, padded: bool) -> None:
+    # float16 rows of 12 bytes are base64 without padding, joined and decoded at once; the others one
+    # by one: the same keys either way.
     rng = np.random.default_rng(dim)
     vectors = rng.standard_normal((3, dim)).astype(np.float32)
+    texts = [base64.b64encode(codec.encode(v[None, :], dtype)).decode() for v in vectors]
     hits = [
-        hit(str(i), float(i), 0, 0, i)
-        | {"fields": {"key": [base64.b64encode(codec.encode(v[None, :], dtype)).decode().rstrip("=")]}}
-        for i, v in enumerate(vectors)
+        hit(str(i), float(i), 0, 0, i) | {"fields": {"key": [t if padded else t.rstrip("=")]}}
+        for i, t in enumerate(texts)
     ]
     meta = replace(META, dim=dim, store_dtype=dtype)
     got = bodies.parse_neighbors({"hits": {"hits": hits}}, 3, None, meta)

@@ -585,9 +585,10 @@ def _keys(hits: Sequence[dict[str, Any]], meta: IndexMeta) -> np.ndarray | None:
     if not all(values):
         return None
     texts = [v[0] for v in values]
-    if meta.store_dtype == "float16" and all(len(t) % 4 == 0 for t in texts):
-        # float16 rows laid end to end are the block of all of them, and base64 without padding joins:
-        # one decode of the whole, where one a hit was 0.7 ms of a question's 160 keys.
+    if meta.store_dtype == "float16" and codec.bytes_per_vector(meta.dim, meta.store_dtype) % 3 == 0:
+        # float16 rows laid end to end are the block of all of them, and base64 of a multiple of 3 bytes
+        # has no padding, so the texts join: one decode of the whole, where one a hit was 0.7 ms of a
+        # question's 160 keys (dim 384).
         return codec.decode(base64.b64decode("".join(texts)), len(texts), meta.dim, meta.store_dtype)
     blob = [unpadded_b64(t) for t in texts]
     return np.concatenate([codec.decode(b, 1, meta.dim, meta.store_dtype) for b in blob])
