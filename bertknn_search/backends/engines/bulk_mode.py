@@ -32,8 +32,8 @@ BULK_SETTINGS = {"refresh_interval": "-1"}
 MERGE_SHARE = 0.5
 MERGE_MAX_BYTES = 2 * 1024**3
 # A run of fewer articles is not merged: at 1,000 (about 7 MB on an engine) the merge saved 2-4 MB and
-# took 0.4-0.8 s beyond the refresh it replaces, a sixth to a quarter of the lazy ingest's 3 s; the
-# index stays under 2x embedded's disk without it (1.6x on Elasticsearch, benchmarks/README.md).
+# took up to 0.8 s beyond the refresh it replaces, of a lazy ingest of 2-3 s; the index stays under 2x
+# embedded's disk without it (1.3x / 1.6x, docs/performance.md).
 MERGE_MIN_DOCS = 2_000
 
 
