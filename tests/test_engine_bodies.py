@@ -140,6 +140,10 @@ def test_elasticsearch_knn_body_is_filtered_and_asks_for_spare_hits() -> None:
         "filter": {"terms": {"generation": ["1:a"]}},
     }
     assert "filter" not in ELASTICSEARCH.knn_approx_body(np.ones(2), 4)["knn"]
+    # The 36 candidates are cut to 4 by the engine's sort (score, article, sentence, start), the
+    # embedded backend's order: only those 4 hits come back.
+    assert body["size"] == 4
+    assert body["sort"] == bodies.TIE_ORDER
 
 
 def test_articles_mapping_indexes_the_shared_terms() -> None:

@@ -93,8 +93,10 @@ class ElasticsearchDialect(Dialect):
         }
         if where is not None:
             knn["filter"] = where
+        # The spare candidates are sorted with the others by TIE_ORDER here, so the first k hits are
+        # those the embedded backend keeps: only they are sent (keys and all), as OpenSearch sends k.
         return {
-            "size": wanted,
+            "size": k,
             "track_total_hits": False,
             "knn": knn,
             "sort": TIE_ORDER,
