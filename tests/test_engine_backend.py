@@ -543,7 +543,7 @@ def test_knn_hits_carry_their_stored_keys(mocked: EngineBackend) -> None:
     }
     mocked.client.search.return_value = counted([hit], {"1:a1": 1})
     got = mocked.knn(np.zeros(8, dtype=np.float32), 2, ["1"])
-    assert mocked.client.search.call_args.kwargs["body"]["docvalue_fields"] == ["key"]
+    assert mocked.client.search.call_args.kwargs["body"]["docvalue_fields"] == [*bodies.CONTEXT_FIELDS, "key"]
     assert got.vectors is not None
     np.testing.assert_array_equal(got.vectors, key.astype(np.float32)[None, :])
 

@@ -140,6 +140,10 @@ def test_elasticsearch_knn_body_is_filtered_and_asks_for_spare_hits() -> None:
         "filter": {"terms": {"generation": ["1:a"]}},
     }
     assert "filter" not in ELASTICSEARCH.knn_approx_body(np.ones(2), 4)["knn"]
+    # The 36 candidates are cut to 4 by the engine's sort (score, article, sentence, start), the
+    # embedded backend's order: only those 4 hits come back.
+    assert body["size"] == 4
+    assert body["sort"] == bodies.TIE_ORDER
 
 
 def test_articles_mapping_indexes_the_shared_terms() -> None:
@@ -347,7 +351,10 @@ def test_knn_extras_count_generations_over_every_match_on_both_engines() -> None
     es_body = bodies.knn_extras(ELASTICSEARCH.knn_exact_body(vector, 4, gens), gens, keys=True)
     count = {"terms": {"field": "generation", "size": 2}}
     assert os_body["aggs"] == es_body["aggs"] == {bodies.GENERATION_COUNTS: count}
-    assert os_body["docvalue_fields"] == es_body["docvalue_fields"] == ["key"]
+    assert os_body["docvalue_fields"] == es_body["docvalue_fields"] == [*bodies.CONTEXT_FIELDS, "key"]
+    # No stored field is read (a hit's block holds its whole source, vector included, until a merge).
+    assert os_body["stored_fields"] == es_body["stored_fields"] == "_none_"
+    assert "_source" not in os_body and "_source" not in es_body
     # OpenSearch's score script already runs over the filter; Elasticsearch's knn aggregates its own
     # top hits only, so the filter is given as the query too (its matches score 0).
     assert os_body["query"] == OPENSEARCH.knn_exact_body(vector, 4, gens)["query"]
@@ -427,7 +434,8 @@ def test_knn_exact_body_filters_on_generations() -> None:
             }
         },
         "sort": [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}],
-        "_source": ["article_id", "generation", "token_id", "sentence_id", "start", "end"],
+        "stored_fields": "_none_",  # doc values only: no stored-field block decompressed
+        "docvalue_fields": ["article_id", "generation", "token_id", "sentence_id", "start", "end"],
     }
 
 
@@ -438,7 +446,8 @@ def test_knn_approx_body() -> None:
         # ef_search: the lucene engine would explore only k candidates (see opensearch.EF_SEARCH).
         "query": {"knn": {"vector": {"vector": [1.0, 1.0], "k": 5, "method_parameters": {"ef_search": 256}}}},
         "sort": [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}],
-        "_source": ["article_id", "generation", "token_id", "sentence_id", "start", "end"],
+        "stored_fields": "_none_",  # doc values only: no stored-field block decompressed
+        "docvalue_fields": ["article_id", "generation", "token_id", "sentence_id", "start", "end"],
     }
 
 
@@ -484,6 +493,39 @@ def test_parse_neighbors_orders_ties_by_article_sentence_start() -> None:
     assert got.distances.dtype == np.float32
     assert got.token_ids.dtype == np.int64
     assert got.sentence_ids.dtype == got.starts.dtype == got.ends.dtype == np.int32
+
+
+def test_parse_neighbors_reads_doc_values_as_it_reads_source() -> None:
+    # What an engine answers to CONTEXT_FETCH: each field a one-value list, no _source, no _id.
+    sourced = [hit("10", 1.0, 2, 0, 12), hit("9", 0.5, 0, 5, 11), hit("9", 0.7, 1, 1, 13, gen="9:old")]
+    valued = [
+        {"_score": h["_score"], "fields": {name: [h["_source"][name]] for name in bodies.CONTEXT_FIELDS}}
+        for h in sourced
+    ]
+    want = bodies.parse_neighbors({"hits": {"hits": sourced}}, 3, {"10:fp", "9:fp"})
+    got = bodies.parse_neighbors({"hits": {"hits": valued}}, 3, {"10:fp", "9:fp"})
+    assert got.article_ids == want.article_ids == ["9", "10"]
+    for name in ("distances", "token_ids", "sentence_ids", "starts", "ends"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+
+
+@pytest.mark.parametrize("padded", [True, False])  # Elasticsearch pads base64, OpenSearch does not
+@pytest.mark.parametrize(("dim", "dtype"), [(6, "float16"), (8, "float16"), (6, "int8"), (8, "int8")])
+def test_parse_neighbors_decodes_every_hits_key(dim: int, dtype: str, padded: bool) -> None:
+    # float16 rows of 12 bytes are base64 without padding, joined and decoded at once; the others one
+    # by one: the same keys either way.
+    rng = np.random.default_rng(dim)
+    vectors = rng.standard_normal((3, dim)).astype(np.float32)
+    texts = [base64.b64encode(codec.encode(v[None, :], dtype)).decode() for v in vectors]
+    hits = [
+        hit(str(i), float(i), 0, 0, i) | {"fields": {"key": [t if padded else t.rstrip("=")]}}
+        for i, t in enumerate(texts)
+    ]
+    meta = replace(META, dim=dim, store_dtype=dtype)
+    got = bodies.parse_neighbors({"hits": {"hits": hits}}, 3, None, meta)
+    want = np.concatenate([codec.decode(codec.encode(v[None, :], dtype), 1, dim, dtype) for v in vectors])
+    assert got.vectors is not None
+    np.testing.assert_array_equal(got.vectors, want)
 
 
 def test_parse_neighbors_drops_generations_not_current() -> None:

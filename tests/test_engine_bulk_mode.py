@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bertknn_search.backends.engines import backend as engine_module
-from bertknn_search.backends.engines import bodies
+from bertknn_search.backends.engines import bodies, bulk_mode
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.config import Config
 from bertknn_search.records import Article, EncodedArticle
@@ -184,6 +184,7 @@ def test_a_run_that_wrote_most_of_the_index_leaves_it_in_one_segment(
 ) -> None:
     """The docs' IR terms are left out of ``_source``, so the engine keeps their whole source for
     recovery until a merge: a first ingest merges at its end (a third of the disk at 5,000 articles)."""
+    monkeypatch.setattr(bulk_mode, "MERGE_MIN_DOCS", 12)
     backend = EngineBackend.create(config, LAZY)
     with backend.bulk(100, 10_000):
         backend.add_articles([text_only(str(i), f"Place {i}") for i in range(6)])
@@ -197,4 +198,20 @@ def test_a_run_that_wrote_most_of_the_index_leaves_it_in_one_segment(
         backend.add_articles([text_only("12", "Quimby")])
     assert merged == []
     assert backend.stats().articles == 13
+    backend.close()
+
+
+def test_a_small_first_run_is_left_to_the_engines_own_merges(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``MERGE_MIN_DOCS`` articles the merge costs more of the ingest than the disk it saves."""
+    monkeypatch.setattr(bulk_mode, "MERGE_MIN_DOCS", 13)
+    backend = EngineBackend.create(config, LAZY)
+    merged: list[str] = []
+    monkeypatch.setattr(backend.client.indices, "forcemerge", lambda **kw: merged.append(kw["index"]))
+    with backend.bulk(100, 10_000):
+        backend.add_articles([text_only(str(i), f"Place {i}") for i in range(6)])
+        backend.add_articles([text_only(str(i), f"Town {i}") for i in range(6, 12)])
+    assert merged == []
+    assert backend.stats().articles == 12  # searchable all the same: the run's refresh
     backend.close()

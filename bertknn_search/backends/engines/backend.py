@@ -383,8 +383,8 @@ class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if article_ids is None:
             body = self.dialect.knn_approx_body(query, k, self._has_graph)
-            response = self._search_contexts(body | ({"docvalue_fields": ["key"]} if self._has_key else {}))
-            found = sorted({h["_source"]["article_id"] for h in response["hits"]["hits"]})
+            response = self._search_contexts(bodies.with_keys(body, self._has_key))
+            found = sorted({bodies.context_of(h)["article_id"] for h in response["hits"]["hits"]})
             current = {s.generation for s in self._read_states(found).values()}
             return self._neighbors(response, k, current)
         ids = sorted(set(article_ids))

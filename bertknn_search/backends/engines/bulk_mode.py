@@ -22,7 +22,8 @@ from bertknn_search.errors import BertKnnError
 # lost during it (the indices red, every question and re-run failing until the node came back).
 BULK_SETTINGS = {"refresh_interval": "-1"}
 # A run that wrote at least this share of the articles index (a first ingest, a rebuild) merges it into
-# one segment at its end, where the index is smaller than MERGE_MAX_BYTES. Docs are written with their
+# one segment at its end, where the index is smaller than MERGE_MAX_BYTES (and the run wrote at least
+# MERGE_MIN_DOCS). Docs are written with their
 # IR terms, which ``_source`` leaves out: the engine keeps the whole source beside it for recovery
 # (``_recovery_source``, a third of the index at 5,000 articles) until a merge drops it (usually: see
 # ``_merge_if_mostly_new``); one segment is also smaller than several, and searches faster. Larger
@@ -30,6 +31,10 @@ BULK_SETTINGS = {"refresh_interval": "-1"}
 # over 5 GB are never merged again).
 MERGE_SHARE = 0.5
 MERGE_MAX_BYTES = 2 * 1024**3
+# A run of fewer articles is not merged: at 1,000 (about 7 MB on an engine) the merge saved 2-4 MB and
+# took up to 0.8 s beyond the refresh it replaces, of a lazy ingest of 2-3 s; the index stays under 2x
+# embedded's disk without it (1.3x / 1.6x, docs/performance.md).
+MERGE_MIN_DOCS = 2_000
 
 
 class EngineBulkMode:
@@ -69,7 +74,7 @@ class EngineBulkMode:
         if not self._unrefreshed:
             return
         articles = self.names["articles"]
-        if MERGE_SHARE <= 1 and self._run_docs:
+        if MERGE_SHARE <= 1 and self._run_docs >= MERGE_MIN_DOCS:
             self._merge_if_mostly_new(articles)
         self._call("refresh the articles index", lambda: self.client.indices.refresh(index=articles))
         self._unrefreshed, self._run_docs = False, 0

@@ -21,7 +21,8 @@ from bertknn_search.errors import ConfigError
 
 TIMEOUT_S = 120  # a bulk chunk of 768-d vectors can take a while on a busy node
 # Elasticsearch's knn returns exactly k per shard; asking for more than k lets contexts that tie at the
-# k-th distance be cut by (article, sentence, start) here, as the other backends cut them.
+# k-th distance be cut by the request's sort (score, article, sentence, start), as the other backends
+# cut them.
 KNN_SPARE = 32
 MAX_CANDIDATES = 10_000  # Elasticsearch's limit on num_candidates
 SCAN_PAGE = 1000  # ids read per request when deleting by query

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bertknn_search.backends.engines.bodies import CONTEXT_SOURCE, TIE_ORDER, floats
+from bertknn_search.backends.engines.bodies import CONTEXT_FETCH, TIE_ORDER, floats
 from bertknn_search.backends.engines.dialect import (
     KNN_SPARE,
     MAX_CANDIDATES,
@@ -93,12 +93,14 @@ class ElasticsearchDialect(Dialect):
         }
         if where is not None:
             knn["filter"] = where
+        # The spare candidates are sorted with the others by TIE_ORDER here, so the first k hits are
+        # those the embedded backend keeps: only they are sent (keys and all), as OpenSearch sends k.
         return {
-            "size": wanted,
+            "size": k,
             "track_total_hits": False,
             "knn": knn,
             "sort": TIE_ORDER,
-            "_source": CONTEXT_SOURCE,
+            **CONTEXT_FETCH,
         }
 
     def mget(self, client: Any, index: str, ids: list[str], source: list[str], realtime: bool) -> Any:
