@@ -92,7 +92,7 @@ def instrumented(events: Events) -> Iterator[None]:
     import opensearchpy.serializer as os_serializer
     from elastic_transport import _serializer as es_serializer
 
-    from bertknn_search.backends.engines import bodies
+    from bertknn_search.backends.engines import neighbors
     from bertknn_search.backends.engines.backend import EngineBackend
     from bertknn_search.backends.engines.elasticsearch import ElasticsearchDialect
     from bertknn_search.backends.engines.opensearch import OpenSearchDialect
@@ -144,8 +144,8 @@ def instrumented(events: Events) -> Iterator[None]:
         enter(patched(EngineBackend, "knn", timer(events, "knn call", kind="knn")))
         enter(patched(EngineBackend, "sentences", timer(events, "sentences call", kind="sentences")))
         enter(patched(EngineBackend, "titles", timer(events, "titles call", kind="titles")))
-        enter(patched(_Module(bodies), "parse_neighbors", timer(events, "knn parse")))
-        enter(patched(_Module(bodies), "_keys", timer(events, "knn keys")))
+        enter(patched(_Module(neighbors), "parse_neighbors", timer(events, "knn parse")))
+        enter(patched(_Module(neighbors), "_keys", timer(events, "knn keys")))
         enter(patched(_Module(search), "retrieve_subject", timer(events, "ir call", kind="ir")))
         enter(patched(_Module(search), "with_evidence", timer(events, "evidence")))
         enter(patched(Searcher, "encode", timer(events, "encode")))

@@ -20,7 +20,7 @@ from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 
 from bertknn_search.backends.engines import backend as engine_module
-from bertknn_search.backends.engines import bodies, dialect_for
+from bertknn_search.backends.engines import bodies, dialect_for, neighbors
 from bertknn_search.backends.engines import client as engine_client
 from bertknn_search.backends.engines.backend import EngineBackend
 from bertknn_search.backends.engines.client import RetryPolicy
@@ -443,9 +443,9 @@ def knn_hit(article_id: str, d2: float, sentence: int, start: int, token: int, g
 
 
 def counted(hits: list[dict[str, Any]], counts: dict[str, int]) -> dict[str, Any]:
-    """A kNN answer with the per-generation counts ``bodies.knn_extras`` asks for."""
+    """A kNN answer with the per-generation counts ``neighbors.knn_extras`` asks for."""
     buckets = [{"key": g, "doc_count": n} for g, n in counts.items()]
-    return {"hits": {"hits": hits}, "aggregations": {bodies.GENERATION_COUNTS: {"buckets": buckets}}}
+    return {"hits": {"hits": hits}, "aggregations": {neighbors.GENERATION_COUNTS: {"buckets": buckets}}}
 
 
 def whole_doc(fingerprint: str, n: int, title: str = "T") -> dict[str, Any]:
@@ -466,7 +466,7 @@ def test_knn_filters_on_the_generations_of_the_article_docs(mocked: EngineBacken
     gens = ["1:a1", "3:a3"]
     mocked.client.search.assert_called_once_with(
         index="bk-contexts",
-        body=bodies.knn_extras(mocked.dialect.knn_exact_body(query, 2, gens), gens, keys=False),
+        body=neighbors.knn_extras(mocked.dialect.knn_exact_body(query, 2, gens), gens, keys=False),
         allow_partial_search_results=False,  # every shard answers, or the search is refused and retried
     )
     assert got.article_ids == ["3", "1"]

@@ -13,7 +13,7 @@ from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import TransportError
 
 from bertknn_search.backends import codec
-from bertknn_search.backends.engines import bodies
+from bertknn_search.backends.engines import bodies, neighbors
 from bertknn_search.backends.engines.client import bulk_error_message, describe, is_transient
 from bertknn_search.backends.engines.dialect import public_url
 from bertknn_search.backends.engines.elasticsearch import ElasticsearchDialect
@@ -347,10 +347,10 @@ def test_context_actions_carry_the_stored_key_when_the_index_has_the_field() -> 
 def test_knn_extras_count_generations_over_every_match_on_both_engines() -> None:
     vector = np.zeros(8, dtype=np.float32)
     gens = ["1:a", "2:b"]
-    os_body = bodies.knn_extras(OPENSEARCH.knn_exact_body(vector, 4, gens), gens, keys=True)
-    es_body = bodies.knn_extras(ELASTICSEARCH.knn_exact_body(vector, 4, gens), gens, keys=True)
+    os_body = neighbors.knn_extras(OPENSEARCH.knn_exact_body(vector, 4, gens), gens, keys=True)
+    es_body = neighbors.knn_extras(ELASTICSEARCH.knn_exact_body(vector, 4, gens), gens, keys=True)
     count = {"terms": {"field": "generation", "size": 2}}
-    assert os_body["aggs"] == es_body["aggs"] == {bodies.GENERATION_COUNTS: count}
+    assert os_body["aggs"] == es_body["aggs"] == {neighbors.GENERATION_COUNTS: count}
     assert os_body["docvalue_fields"] == es_body["docvalue_fields"] == [*bodies.CONTEXT_FIELDS, "key"]
     # No stored field is read (a hit's block holds its whole source, vector included, until a merge).
     assert os_body["stored_fields"] == es_body["stored_fields"] == "_none_"
@@ -368,10 +368,12 @@ def test_knn_extras_count_generations_over_every_match_on_both_engines() -> None
                                             "sentence_id": 0, "start": 0, "end": 2}},
             ]
         },
-        "aggregations": {bodies.GENERATION_COUNTS: {"buckets": [{"key": "1:a", "doc_count": 7}]}},
+        "aggregations": {neighbors.GENERATION_COUNTS: {"buckets": [{"key": "1:a", "doc_count": 7}]}},
     }  # fmt: skip
-    assert bodies.generation_counts(response) == {"1:a": 7}
-    assert bodies.parse_neighbors(response, 4).token_ids.tolist() == [3]  # the query's match is no neighbour
+    assert neighbors.generation_counts(response) == {"1:a": 7}
+    assert neighbors.parse_neighbors(response, 4).token_ids.tolist() == [
+        3
+    ]  # the query's match is no neighbour
 
 
 def test_stale_contexts_query_keeps_only_new_generations() -> None:
@@ -466,8 +468,8 @@ def hit(article: str, d2: float, sentence: int, start: int, token: int, gen: str
 def test_squared_distances_invert_the_l2_score() -> None:
     d2 = np.array([0.0, 0.25, 3.0, 812.5])
     scores = (1.0 / (1.0 + d2)).astype(np.float32)
-    np.testing.assert_allclose(bodies.squared_distances(scores), d2, rtol=1e-5, atol=1e-6)
-    assert bodies.squared_distances(np.array([1.0000001])).tolist() == [0.0]
+    np.testing.assert_allclose(neighbors.squared_distances(scores), d2, rtol=1e-5, atol=1e-6)
+    assert neighbors.squared_distances(np.array([1.0000001])).tolist() == [0.0]
 
 
 def test_parse_neighbors_orders_ties_by_article_sentence_start() -> None:
@@ -483,7 +485,7 @@ def test_parse_neighbors_orders_ties_by_article_sentence_start() -> None:
             ]
         }
     }
-    got = bodies.parse_neighbors(response, 5)
+    got = neighbors.parse_neighbors(response, 5)
     assert got.article_ids == ["3", "10", "10", "10", "9"]
     assert got.token_ids.tolist() == [15, 14, 13, 12, 11]
     assert got.sentence_ids.tolist() == [4, 1, 1, 2, 0]
@@ -502,8 +504,8 @@ def test_parse_neighbors_reads_doc_values_as_it_reads_source() -> None:
         {"_score": h["_score"], "fields": {name: [h["_source"][name]] for name in bodies.CONTEXT_FIELDS}}
         for h in sourced
     ]
-    want = bodies.parse_neighbors({"hits": {"hits": sourced}}, 3, {"10:fp", "9:fp"})
-    got = bodies.parse_neighbors({"hits": {"hits": valued}}, 3, {"10:fp", "9:fp"})
+    want = neighbors.parse_neighbors({"hits": {"hits": sourced}}, 3, {"10:fp", "9:fp"})
+    got = neighbors.parse_neighbors({"hits": {"hits": valued}}, 3, {"10:fp", "9:fp"})
     assert got.article_ids == want.article_ids == ["9", "10"]
     for name in ("distances", "token_ids", "sentence_ids", "starts", "ends"):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
@@ -522,7 +524,7 @@ def test_parse_neighbors_decodes_every_hits_key(dim: int, dtype: str, padded: bo
         for i, t in enumerate(texts)
     ]
     meta = replace(META, dim=dim, store_dtype=dtype)
-    got = bodies.parse_neighbors({"hits": {"hits": hits}}, 3, None, meta)
+    got = neighbors.parse_neighbors({"hits": {"hits": hits}}, 3, None, meta)
     want = np.concatenate([codec.decode(codec.encode(v[None, :], dtype), 1, dim, dtype) for v in vectors])
     assert got.vectors is not None
     np.testing.assert_array_equal(got.vectors, want)
@@ -530,9 +532,9 @@ def test_parse_neighbors_decodes_every_hits_key(dim: int, dtype: str, padded: bo
 
 def test_parse_neighbors_drops_generations_not_current() -> None:
     response = {"hits": {"hits": [hit("1", 0.1, 0, 0, 5, gen="1:old"), hit("1", 0.2, 0, 0, 6, gen="1:new")]}}
-    got = bodies.parse_neighbors(response, 2, {"1:new"})
+    got = neighbors.parse_neighbors(response, 2, {"1:new"})
     assert got.token_ids.tolist() == [6]
-    assert len(bodies.parse_neighbors({"hits": {"hits": []}}, 3)) == 0
+    assert len(neighbors.parse_neighbors({"hits": {"hits": []}}, 3)) == 0
 
 
 def test_parse_articles_reads_score_from_sort_when_absent() -> None:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from bertknn_search.backends.base import check_meta, extrapolate
-from bertknn_search.backends.engines import bodies, dialect_for, subject_search
+from bertknn_search.backends.engines import bodies, dialect_for, neighbors, subject_search
 from bertknn_search.backends.engines.articles import EngineArticleSide
 from bertknn_search.backends.engines.bulk_mode import EngineBulkMode
 from bertknn_search.backends.engines.client import (
@@ -373,7 +373,7 @@ class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
         The generations to filter on are those the last IR answer named (read from the article docs
         only for articles it did not return). The search counts each generation's contexts too: one
         with fewer than its doc said was being replaced while searched, and the docs are read again and
-        the search repeated (``bodies.knn_extras``).
+        the search repeated (``neighbors.knn_extras``).
 
         ``article_ids=None`` (no-IR mode) searches every context: approximately through an HNSW graph
         where the index has one, else exactly by brute force; hits from a generation no article doc
@@ -383,8 +383,8 @@ class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if article_ids is None:
             body = self.dialect.knn_approx_body(query, k, self._has_graph)
-            response = self._search_contexts(bodies.with_keys(body, self._has_key))
-            found = sorted({bodies.context_of(h)["article_id"] for h in response["hits"]["hits"]})
+            response = self._search_contexts(neighbors.with_keys(body, self._has_key))
+            found = sorted({neighbors.context_of(h)["article_id"] for h in response["hits"]["hits"]})
             current = {s.generation for s in self._read_states(found).values()}
             return self._neighbors(response, k, current)
         ids = sorted(set(article_ids))
@@ -397,8 +397,8 @@ class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
                 return Neighbors.empty()
             searched = {s.generation for s in states.values()}
             body = self.dialect.knn_exact_body(query, k, sorted(searched))
-            response = self._search_contexts(bodies.knn_extras(body, sorted(searched), self._has_key))
-            counts = bodies.generation_counts(response) or {}
+            response = self._search_contexts(neighbors.knn_extras(body, sorted(searched), self._has_key))
+            counts = neighbors.generation_counts(response) or {}
             expected = [(s.generation, s.contexts()) for s in states.values()]
             if all(n is not None and counts.get(g, 0) >= n for g, n in expected):
                 break  # every generation searched was there whole
@@ -411,7 +411,7 @@ class EngineBackend(EngineArticleSide, EngineContextSide, EngineBulkMode):
         return self._neighbors(response, k, searched)
 
     def _neighbors(self, response: dict[str, Any], k: int, current: set[str]) -> Neighbors:
-        found = bodies.parse_neighbors(response, k, current, self._meta)
+        found = neighbors.parse_neighbors(response, k, current, self._meta)
         self._neighbour_articles = list(dict.fromkeys(found.article_ids))
         return found
 
