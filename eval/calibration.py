@@ -131,7 +131,7 @@ def fit(
     Raises:
         ValueError: no answer, or all right or all wrong (nothing to fit).
     """
-    rows = [r for r in rows if no_vote_p(r.signals) is None]
+    rows = regressed(rows)
     hits = np.array([r.hit for r in rows], dtype=np.float64)
     if not len(rows) or hits.min() == hits.max():
         raise ValueError("a fit needs right and wrong answers")
@@ -156,6 +156,11 @@ def fit(
     line = dataclasses.replace(line, lower=lower, upper=upper)
     raw_p = line.probability([r.signals for r in rows])
     return dataclasses.replace(line, curve=isotonic(raw_p, hits))
+
+
+def regressed(rows: Sequence[Measured]) -> list[Measured]:
+    """The answers the regression scores (and is fitted on): those some neighbour votes for."""
+    return [r for r in rows if no_vote_p(r.signals) is None]
 
 
 def isotonic(p: np.ndarray, hits: np.ndarray, min_block: int = MIN_BLOCK) -> tuple[tuple[float, float], ...]:
@@ -192,8 +197,8 @@ def left_out_fits(rows: Sequence[Measured], features: Sequence[str] = DEFAULT_FE
     fits = {}
     for rel in relations:
         rest = [r for r in rows if r.relation != rel]
-        if len({r.hit for r in rest}) < 2:
-            right = "right" if rest and rest[0].hit else "wrong"
+        if len(hits := {r.hit for r in regressed(rest)}) < 2:
+            right = "right" if True in hits else "wrong"
             raise ValueError(
                 f"without relation {rel}, every answer is {right}: nothing to fit; name more facts"
             )
@@ -222,7 +227,7 @@ def kinds_left_out(
     fits: dict[str, Fit] = {}
     for name in names:
         rest = [r for r in rows if kind(r.relation) != name]
-        if len({r.hit for r in rest}) < 2:
+        if len({r.hit for r in regressed(rest)}) < 2:
             raise ValueError(f"without the kind {name}, every answer is right or every one wrong")
         fits[name] = fit(rest, features)
     p = np.array([float(fits[kind(r.relation)].probability([r.signals])[0]) for r in rows])
@@ -535,9 +540,19 @@ def write_calibration(
             "a fit checked on left-out relations needs answers of two relations or more, right and wrong;"
             f" {len(rows):,} answers of {len(relations)} relation(s) here: name more facts"
         )
+    features = refit_features(current[0] if current else None)
+    if set(features) & set(HARDNESS_FEATURES):
+        # an answer with neighbours always has a kNN entropy since the hardness signals were recorded:
+        # lines written before them (a checkpoint resumed across the change) would enter the fit as 0
+        recorded = {r.signals.hard.knn_entropy is not None for r in rows if r.signals.neighbors}
+        if len(recorded) > 1:
+            raise ConfigError(
+                f"{checkpoint} mixes answers recorded with and without the question's hardness signals"
+                " (a run resumed across versions): evaluate again into a new --out to calibrate"
+            )
     about = {"model": model, "stored": f"fitted by eval calibrate on {len(rows):,} answers ({out})"}
     try:
-        fit, check = calibrate(rows, refit_features(current[0] if current else None), about=about)
+        fit, check = calibrate(rows, features, about=about)
     except ValueError as exc:
         raise ConfigError(f"cannot fit confidence: {exc}") from None
     keep, why = judge_new_fit(rows, check, *current) if current is not None else (True, "no fit in use")

@@ -21,19 +21,22 @@ def auc(scores: Sequence[float], hits: Sequence[bool]) -> float | None:
     pos, neg = int(h.sum()), int((~h).sum())
     if pos == 0 or neg == 0:
         return None
-    order = np.argsort(s, kind="stable")
-    ranks = np.empty(len(s), dtype=np.float64)
-    ranks[order] = np.arange(1, len(s) + 1)
-    for value in np.unique(s):  # tied scores share their mean rank
-        tied = s == value
-        ranks[tied] = ranks[tied].mean()
+    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    # tied scores share their mean rank: the ranks below their value plus the middle of their own run
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    ranks = (starts + (counts + 1) / 2)[inverse]
     return float((ranks[h].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def bin_of(p: np.ndarray, bins: int = BINS) -> np.ndarray:
+    """Each value's equal-width bin of [0, 1] (1.0 in the last): the bins of the ECE and the diagram."""
+    return np.minimum((np.asarray(p, dtype=np.float64) * bins).astype(int), bins - 1)
 
 
 def reliability(p: Sequence[float], hits: Sequence[bool], bins: int = BINS) -> list[dict[str, Any]]:
     """Per equal-width bin of ``p`` that holds answers: its range, answers, mean ``p`` and share right."""
     pv, hv = np.asarray(p, dtype=np.float64), np.asarray(hits, dtype=np.float64)
-    which = np.minimum((pv * bins).astype(int), bins - 1)
+    which = bin_of(pv, bins)
     out = []
     for b in range(bins):
         inside = which == b

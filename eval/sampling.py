@@ -17,33 +17,35 @@ from typing import Any
 
 import numpy as np
 
+from bertknn_search.eval.reliability import BINS, auc, bin_of
+
 DRAWS = 1000  # outcomes drawn per answer for the floor, resamples for the AUROC's interval
 SEED = 49
+CHUNK = 100  # draws of outcomes at a time
 Z95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95% interval
 
 
-def _bin_onehot(p: np.ndarray, bins: int) -> np.ndarray:
-    """(answers, bins) 0/1: each answer's equal-width bin of ``p``, as ``reliability.reliability`` bins."""
-    which = np.minimum((p * bins).astype(int), bins - 1)
-    return np.eye(bins)[which]
-
-
-def ece_draws(p: Sequence[float], bins: int = 10, draws: int = DRAWS, seed: int = SEED) -> np.ndarray:
+def ece_draws(p: Sequence[float], bins: int = BINS, draws: int = DRAWS, seed: int = SEED) -> np.ndarray:
     """The ECE of ``draws`` sets of outcomes, each answer right with probability its own ``p``."""
     pv = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
     if not len(pv):
         return np.zeros(0)
-    onehot = _bin_onehot(pv, bins)
+    onehot = np.eye(bins)[bin_of(pv, bins)]
     counts = onehot.sum(axis=0)
     filled = counts > 0
     mean_p = (pv @ onehot)[filled] / counts[filled]
     rng = np.random.default_rng(seed)
-    outcomes = (rng.random((draws, len(pv))) < pv).astype(np.float64)
-    right = (outcomes @ onehot)[:, filled] / counts[filled]
-    return (np.abs(right - mean_p) * counts[filled]).sum(axis=1) / len(pv)
+    out = []
+    # CHUNK draws at a time: one (draws, answers) array of a whole checkpoint would be gigabytes; the
+    # generator's stream is the same in pieces, so the floor does not depend on the chunk
+    for start in range(0, draws, CHUNK):
+        outcomes = (rng.random((min(CHUNK, draws - start), len(pv))) < pv).astype(np.float64)
+        right = (outcomes @ onehot)[:, filled] / counts[filled]
+        out.append((np.abs(right - mean_p) * counts[filled]).sum(axis=1) / len(pv))
+    return np.concatenate(out)
 
 
-def ece_floor(p: Sequence[float], bins: int = 10, draws: int = DRAWS, seed: int = SEED) -> dict[str, Any]:
+def ece_floor(p: Sequence[float], bins: int = BINS, draws: int = DRAWS, seed: int = SEED) -> dict[str, Any]:
     """The ECE a perfectly calibrated ``p`` shows on these answers by chance: the median and 95th
     percentile over ``draws`` draws of outcomes (``ece_draws``); None for both without answers."""
     values = ece_draws(p, bins, draws, seed)
@@ -56,23 +58,6 @@ def ece_floor(p: Sequence[float], bins: int = 10, draws: int = DRAWS, seed: int 
     }
 
 
-def _auc_rows(scores: np.ndarray, hits: np.ndarray) -> np.ndarray:
-    """The AUROC of each row of ``scores`` (resamples) against the same rows of ``hits``; NaN where a
-    row has no right or no wrong answer. Ties count half (average ranks)."""
-    out = np.full(scores.shape[0], np.nan)
-    for i, (s, h) in enumerate(zip(scores, hits)):
-        pos = int(h.sum())
-        neg = len(h) - pos
-        if not pos or not neg:
-            continue
-        _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
-        # the average rank of a value: the ranks below it, plus the middle of its own tied run
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        ranks = (starts + (counts + 1) / 2)[inverse]
-        out[i] = (ranks[h].sum() - pos * (pos + 1) / 2) / (pos * neg)
-    return out
-
-
 def auroc_interval(
     p: Sequence[float], hits: Sequence[bool], draws: int = DRAWS, seed: int = SEED
 ) -> list[float] | None:
@@ -82,10 +67,12 @@ def auroc_interval(
     if not len(pv) or hv.all() or not hv.any():
         return None
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(pv), size=(draws, len(pv)))
-    values = _auc_rows(pv[picks], hv[picks])
-    values = values[np.isfinite(values)]
-    if not len(values):
+    values = []
+    for _ in range(draws):  # one resample at a time: a whole checkpoint's (draws, answers) is gigabytes
+        pick = rng.integers(0, len(pv), size=len(pv))
+        if (value := auc(pv[pick], hv[pick])) is not None:
+            values.append(value)
+    if not values:
         return None
     return [round(float(np.percentile(values, 2.5)), 3), round(float(np.percentile(values, 97.5)), 3)]
 
@@ -101,7 +88,9 @@ def share_interval(right: int, answers: int, z: float = Z95) -> list[float] | No
     return [round(float(max(centre - half, 0.0)), 3), round(float(min(centre + half, 1.0)), 3)]
 
 
-def chance(p: Sequence[float], hits: Sequence[bool], bands: dict[str, Any], bins: int = 10) -> dict[str, Any]:
+def chance(
+    p: Sequence[float], hits: Sequence[bool], bands: dict[str, Any], bins: int = BINS
+) -> dict[str, Any]:
     """What chance allows on these answers: the ECE floor, the AUROC's interval, and the Wilson interval
     of each band's share right (``bands``: ``calibration.band_table``'s)."""
     out: dict[str, Any] = {"ece_floor": ece_floor(p, bins), "auroc_95": auroc_interval(p, hits)}

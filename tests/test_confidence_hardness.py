@@ -5,10 +5,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from bertknn_search.eval.calibration import ANSWER_FEATURES, HARDNESS_FEATURES, Measured, fit, refit_features
+from bertknn_search.errors import ConfigError
+from bertknn_search.eval.calibration import (
+    ANSWER_FEATURES,
+    HARDNESS_FEATURES,
+    Measured,
+    fit,
+    refit_features,
+    write_calibration,
+)
 from bertknn_search.query.answer_kinds import KindSignals
 from bertknn_search.query.confidence import FEATURES, Fit, Signals, shipped, signals_from_json, signals_json
 from bertknn_search.query.hardness import Hardness, entropy, hardness
@@ -97,6 +107,10 @@ def test_a_fit_of_the_answers_signals_alone_still_loads_and_ignores_hardness() -
     loaded = Fit.from_json(json.loads(json.dumps(old)), "an old fit")
     a, b = _signals(4, Hardness()), _signals(4, Hardness(0.9, 0.1, 0.1, 1.0))
     assert loaded.probability([a])[0] == loaded.probability([b])[0]
+    # its inputs are read by name, whatever FEATURES now holds: p is its own regression, by hand
+    x = [FEATURES[name](a) for name in ANSWER_FEATURES[:3]]
+    z = 0.5 * x[0] + 0.2 * x[1] - 0.1 * x[2] + old["intercept"]
+    assert loaded.probability([a])[0] == pytest.approx(1 / (1 + math.exp(-z)))
 
 
 def test_eval_calibrate_refits_on_the_inputs_of_the_fit_in_use() -> None:
@@ -105,3 +119,47 @@ def test_eval_calibrate_refits_on_the_inputs_of_the_fit_in_use() -> None:
     assert refit_features(shipped("confidence_fit.json")) == ANSWER_FEATURES
     assert refit_features(shipped("confidence_fit_bert.json")) == ANSWER_FEATURES  # p is BERT's top-1
     assert refit_features(None) == ANSWER_FEATURES
+
+
+def _line(i: int, hardness_recorded: bool) -> dict[str, object]:
+    said: dict[str, object] = {
+        "top1": 0.2 + 0.01 * (i % 50),
+        "margin": 0.1,
+        "votes": 1 + i % 7,
+        "neighbors": 20,
+        "near_votes": 0.1 * (i % 5),
+        "agree": bool(i % 2),
+        "distinct": 0.5,
+        "nearest": 100.0 + i,
+        "contexts": 40,
+        "coverage": 1.0,
+        "kind": "word",
+        "majority": "word",
+        "kind_share": 1.0,
+        "bert_kind_share": 0.9,
+        "bert_p": 0.3,
+    }
+    if hardness_recorded:
+        said |= {"bert_top1": 0.3, "bert_entropy": 2.0 + i % 3, "knn_entropy": 0.5, "mean_distance": 300.0}
+    right = i % 3 == 0
+    return {
+        "key": f"T-REx/P{i % 6}/{i}",
+        "relation": f"P{i % 6}",
+        "ranks": {"bert_knn": 1 if right else None},
+        "skipped": None,
+        "confidence_signals": said,
+    }
+
+
+def test_calibrate_refuses_a_checkpoint_that_mixes_lines_with_and_without_hardness(tmp_path: Path) -> None:
+    """A run resumed across the change would give the hardness fit zeros that mean 'unknown', silently."""
+    in_use = (shipped("confidence_fit_bert_knn.json"), "shipped")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(_line(i, i >= 200)) + "\n" for i in range(400)))
+    with pytest.raises(ConfigError, match="mixes answers recorded with and without"):
+        write_calibration(mixed, tmp_path / "out", "bert-base-uncased", None, in_use)
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text("".join(json.dumps(_line(i, True)) + "\n" for i in range(400)))
+    (tmp_path / "out2").mkdir()
+    fit_made, _ = write_calibration(whole, tmp_path / "out2", "bert-base-uncased", None, in_use)
+    assert set(fit_made.features) == set(in_use[0].features)

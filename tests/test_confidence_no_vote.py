@@ -74,7 +74,12 @@ def test_answers_with_votes_or_without_berts_probability_keep_the_regression() -
     assert no_vote_p(answer(0, 0, 1.0, 0.7)) is None  # no neighbours: judge gives BERT's top-1
     assert no_vote_p(answer(0, 8, 0.5, None)) is None  # no MLM head (kNN alone) or a multi-piece word
     with_votes = answer(3, 20, 1.0, 0.7)
-    assert float(BERT_KNN.probability([with_votes])[0]) != pytest.approx(no_vote_p(answer(0, 20, 1.0, 0.7)))
+    # its p is the regression's and the curve's, computed here from the fit's own numbers
+    z = float(BERT_KNN.matrix([with_votes])[0] @ np.asarray(BERT_KNN.coef) + BERT_KNN.intercept)
+    xs, ys = zip(*BERT_KNN.curve)
+    want = float(np.interp(1 / (1 + np.exp(-z)), xs, ys))
+    assert float(BERT_KNN.probability([with_votes])[0]) == pytest.approx(want)
+    assert want != pytest.approx(no_vote_p(answer(0, 20, 1.0, 0.7)))
 
 
 def test_the_regression_is_fitted_without_the_answers_it_does_not_score() -> None:

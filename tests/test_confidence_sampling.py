@@ -15,7 +15,7 @@ from bertknn_search.eval.calibration import (
 )
 from bertknn_search.eval.reliability import auc, ece
 from bertknn_search.eval.report import render_calibration
-from bertknn_search.eval.sampling import _auc_rows, auroc_interval, ece_draws, ece_floor, share_interval
+from bertknn_search.eval.sampling import CHUNK, auroc_interval, ece_draws, ece_floor, share_interval
 from bertknn_search.query.answer_kinds import KindSignals
 from bertknn_search.query.confidence import Signals
 
@@ -41,16 +41,24 @@ def test_the_floor_falls_as_the_answers_grow_and_is_zero_for_certain_answers() -
     assert len(ece_draws([0.3] * 10, draws=7)) == 7
 
 
-def test_the_floor_is_the_same_on_every_run() -> None:
+def test_the_floor_is_seeded_and_does_not_depend_on_the_chunk() -> None:
     p = np.linspace(0.01, 0.99, 120)
     assert ece_floor(p) == ece_floor(p)
+    other = ece_draws(p, seed=7)
+    assert not np.array_equal(ece_draws(p), other)  # another seed draws other outcomes ...
+    assert abs(np.median(ece_draws(p)) - np.median(other)) < 0.01  # ... with the same floor
+    # drawn in pieces of CHUNK, the draws are those of one (draws, answers) array of the same stream
+    outcomes = np.random.default_rng(49).random((CHUNK + 5, len(p))) < p
+    want = [ece(p, drawn) for drawn in outcomes]
+    np.testing.assert_allclose(ece_draws(p, draws=CHUNK + 5, seed=49), want, atol=1e-12)
 
 
-def test_the_resampled_auroc_is_calibrations_auc_with_ties() -> None:
-    scores = np.array([[0.1, 0.4, 0.4, 0.8, 0.2, 0.4]])
-    hits = np.array([[False, True, False, True, False, True]])
-    assert abs(_auc_rows(scores, hits)[0] - auc(scores[0], hits[0])) < 1e-12
-    assert np.isnan(_auc_rows(scores, np.zeros_like(hits))[0])
+def test_auc_gives_ties_their_mean_rank() -> None:
+    # pairs (right, wrong): 0.4 vs 0.1, 0.2: wins; 0.4 vs 0.4: half; 0.8 wins all; 3 right x 3 wrong
+    scores = [0.1, 0.4, 0.4, 0.8, 0.2, 0.4]
+    hits = [False, True, False, True, False, True]
+    assert auc(scores, hits) == (2.5 + 3 + 2.5) / 9
+    assert auc(scores, [False] * 6) is None
 
 
 def test_the_auroc_interval_holds_the_auroc_and_needs_both_outcomes() -> None:

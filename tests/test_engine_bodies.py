@@ -139,11 +139,15 @@ def test_elasticsearch_knn_body_is_filtered_and_asks_for_spare_hits() -> None:
         "num_candidates": 36,
         "filter": {"terms": {"generation": ["1:a"]}},
     }
-    assert "filter" not in ELASTICSEARCH.knn_approx_body(np.ones(2), 4)["knn"]
     # The 36 candidates are cut to 4 by the engine's sort (score, article, sentence, start), the
     # embedded backend's order: only those 4 hits come back.
     assert body["size"] == 4
     assert body["sort"] == bodies.TIE_ORDER
+    # Unfiltered, the spares come back too: hits of a generation being replaced are dropped after the
+    # search, and the spares take their places.
+    approx = ELASTICSEARCH.knn_approx_body(np.ones(2), 4)
+    assert "filter" not in approx["knn"]
+    assert approx["size"] == approx["knn"]["k"] == 36
 
 
 def test_articles_mapping_indexes_the_shared_terms() -> None:
@@ -498,7 +502,7 @@ def test_parse_neighbors_orders_ties_by_article_sentence_start() -> None:
 
 
 def test_parse_neighbors_reads_doc_values_as_it_reads_source() -> None:
-    # What an engine answers to CONTEXT_FETCH: each field a one-value list, no _source, no _id.
+    # What an engine answers to context_fetch: each field a one-value list, no _source, no _id.
     sourced = [hit("10", 1.0, 2, 0, 12), hit("9", 0.5, 0, 5, 11), hit("9", 0.7, 1, 1, 13, gen="9:old")]
     valued = [
         {"_score": h["_score"], "fields": {name: [h["_source"][name]] for name in bodies.CONTEXT_FIELDS}}

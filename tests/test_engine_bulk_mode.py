@@ -194,6 +194,7 @@ def test_a_run_that_wrote_most_of_the_index_leaves_it_in_one_segment(
     assert backend.stats().articles == 12
     merged: list[str] = []
     monkeypatch.setattr(backend.client.indices, "forcemerge", lambda **kw: merged.append(kw["index"]))
+    monkeypatch.setattr(bulk_mode, "MERGE_MIN_DOCS", 1)  # only the share can hold this run back now
     with backend.bulk(100, 10_000):  # a few articles more: the engine's own merges see to them
         backend.add_articles([text_only("12", "Quimby")])
     assert merged == []

@@ -53,11 +53,14 @@ def hardness(
 ) -> Hardness:
     """The hardness signals of one question: ``p_knn`` its kNN distribution (any space), ``distances``
     its neighbours' squared distances, ``p_bert`` BERT's (V,) distribution (None without an MLM head)
-    and ``answerable`` the (V,) ids that may be answers (None: all)."""
+    and ``answerable`` a (V,) bool mask of the wordpieces that may be answers (None: all). A
+    distribution longer than the vocabulary's mask (a head with padded rows) gives no BERT signals, as
+    ``KindTable.signals`` gives no BERT share there: unknown, not a failed question."""
     bert_top1 = bert_entropy = None
     if p_bert is not None and len(p_bert):
-        allowed = np.ones(len(p_bert), dtype=bool) if answerable is None else np.asarray(answerable)
-        if allowed.shape[0] == len(p_bert):
+        every = np.ones(len(p_bert), dtype=bool)
+        allowed = every if answerable is None else np.asarray(answerable, dtype=bool)
+        if allowed.shape == (len(p_bert),):
             said = confidence(np.asarray(p_bert)[None, :], allowed)
             bert_top1, bert_entropy = float(said["top1"][0]), float(said["entropy"][0])
     d = np.asarray(distances, dtype=np.float64)

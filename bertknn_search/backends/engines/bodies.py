@@ -31,11 +31,15 @@ KINDS = ("articles", "contexts")
 CONFLICT_RETRIES = 5  # re-applications of an update whose doc another writer changed meanwhile
 TIE_ORDER = [{"_score": "desc"}, {"article_id": "asc"}, {"sentence_id": "asc"}, {"start": "asc"}]
 CONTEXT_FIELDS = ["article_id", "generation", "token_id", "sentence_id", "start", "end"]
+
+
 # A kNN hit's fields are read as doc values, and no stored field at all (not even ``_id``): reading one
 # decompresses the hit's stored-field block, which holds each context's whole source with its vector
 # until a merge drops it. The fetch phase of 128-160 hits was most of the engine's ``took`` (OpenSearch
 # 7 -> 2 ms, Elasticsearch 10 -> 4 ms a question, 20 articles of MiniLM contexts, 9 segments).
-CONTEXT_FETCH: dict[str, Any] = {"stored_fields": "_none_", "docvalue_fields": CONTEXT_FIELDS}
+def context_fetch() -> dict[str, Any]:
+    """What a kNN body asks of its hits (above); new lists each time, as every body is its own."""
+    return {"stored_fields": "_none_", "docvalue_fields": list(CONTEXT_FIELDS)}
 
 
 def index_names(prefix: str) -> dict[str, str]:

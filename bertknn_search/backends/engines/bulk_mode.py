@@ -21,14 +21,13 @@ from bertknn_search.errors import BertKnnError
 # back by close(). Replicas stay: an add that dropped them would lose its shards with the first node
 # lost during it (the indices red, every question and re-run failing until the node came back).
 BULK_SETTINGS = {"refresh_interval": "-1"}
-# A run that wrote at least this share of the articles index (a first ingest, a rebuild) merges it into
-# one segment at its end, where the index is smaller than MERGE_MAX_BYTES (and the run wrote at least
-# MERGE_MIN_DOCS). Docs are written with their
-# IR terms, which ``_source`` leaves out: the engine keeps the whole source beside it for recovery
-# (``_recovery_source``, a third of the index at 5,000 articles) until a merge drops it (usually: see
-# ``_merge_if_mostly_new``); one segment is also smaller than several, and searches faster. Larger
-# indices are left to the engine's own merges (a force merge rewrites the whole index, and segments of
-# over 5 GB are never merged again).
+# A run that wrote at least this share of the articles index (a first ingest, a rebuild) merges it into one
+# segment at its end, where the index is smaller than MERGE_MAX_BYTES (and the run wrote at least
+# MERGE_MIN_DOCS). Docs are written with their IR terms, which ``_source`` leaves out: the engine keeps the
+# whole source beside it for recovery (``_recovery_source``, a third of the index at 5,000 articles) until a
+# merge drops it (usually: see ``_merge_if_mostly_new``); one segment is also smaller than several, and
+# searches faster. Larger indices are left to the engine's own merges (a force merge rewrites the whole index,
+# and segments of over 5 GB are never merged again).
 MERGE_SHARE = 0.5
 MERGE_MAX_BYTES = 2 * 1024**3
 # A run of fewer articles is not merged: at 1,000 (about 7 MB on an engine) the merge saved 2-4 MB and

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bertknn_search.backends.engines.bodies import CONTEXT_FETCH, TIE_ORDER, floats
+from bertknn_search.backends.engines.bodies import TIE_ORDER, context_fetch, floats
 from bertknn_search.backends.engines.dialect import (
     KNN_SPARE,
     MAX_CANDIDATES,
@@ -95,12 +95,14 @@ class ElasticsearchDialect(Dialect):
             knn["filter"] = where
         # The spare candidates are sorted with the others by TIE_ORDER here, so the first k hits are
         # those the embedded backend keeps: only they are sent (keys and all), as OpenSearch sends k.
+        # Unfiltered (no IR), hits of a generation being replaced are dropped after the search, so the
+        # spares come too, to fill their places.
         return {
-            "size": k,
+            "size": k if where is not None else wanted,
             "track_total_hits": False,
             "knn": knn,
             "sort": TIE_ORDER,
-            **CONTEXT_FETCH,
+            **context_fetch(),
         }
 
     def mget(self, client: Any, index: str, ids: list[str], source: list[str], realtime: bool) -> Any:

@@ -1,7 +1,7 @@
 """The kNN search's extras and its answer: what a kNN body also asks for, and its hits as ``Neighbors``.
 
 Shared by the OpenSearch and Elasticsearch backends, no I/O; the kNN bodies themselves differ by engine
-(``dialects``), what they ask beside the hits and how the hits are read do not.
+(``opensearch``, ``elasticsearch``), what they ask beside the hits and how the hits are read do not.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def parse_neighbors(
 
 
 def context_of(hit: dict[str, Any]) -> dict[str, Any]:
-    """A kNN hit's ``CONTEXT_FIELDS``: from its doc values (``CONTEXT_FETCH``), else its ``_source``."""
+    """A kNN hit's ``CONTEXT_FIELDS``: from its doc values (``context_fetch``), else its ``_source``."""
     if "_source" in hit:
         return hit["_source"]
     fields = hit["fields"]

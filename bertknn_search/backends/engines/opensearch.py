@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from bertknn_search.backends.engines.bodies import CONTEXT_FETCH, TIE_ORDER, floats
+from bertknn_search.backends.engines.bodies import TIE_ORDER, context_fetch, floats
 from bertknn_search.backends.engines.dialect import (
     SCAN_PAGE,
     TIMEOUT_S,
@@ -104,7 +104,7 @@ class OpenSearchDialect(Dialect):
                 }
             },
             "sort": TIE_ORDER,
-            **CONTEXT_FETCH,
+            **context_fetch(),
         }
 
     def knn_approx_body(self, vector: np.ndarray, k: int, graph: bool = True) -> dict[str, Any]:
@@ -122,7 +122,7 @@ class OpenSearchDialect(Dialect):
             "track_total_hits": False,
             "query": {"knn": {"vector": search}},
             "sort": TIE_ORDER,
-            **CONTEXT_FETCH,
+            **context_fetch(),
         }
 
     def mget(self, client: Any, index: str, ids: list[str], source: list[str], realtime: bool) -> Any:
