@@ -548,6 +548,23 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def kept_index_options(parser: argparse.ArgumentParser, backends: str) -> argparse.Namespace:
+    """The options of a bench that works on this bench's kept indexes (``--work``) and its questions:
+    ``profile_engine_question.py`` and ``bench_knn_response.py``."""
+    parser.add_argument("--work", type=Path, required=True, help="bench_engines.py --work's folder")
+    parser.add_argument("--model", choices=["tiny", "minilm"], default="minilm")
+    parser.add_argument("--articles", type=int, default=20)
+    parser.add_argument("--questions", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prefix", default="bench")
+    parser.add_argument("--backends", default=backends)
+    parser.add_argument("--opensearch-url")
+    parser.add_argument("--elasticsearch-url")
+    parser.add_argument("--out", type=Path)
+    return parser.parse_args()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

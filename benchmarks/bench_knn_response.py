@@ -18,11 +18,10 @@ import json
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_engines import make_questions, model_for
+from bench_engines import kept_index_options, make_questions, model_for
 from bench_lazy import FRAGMENT, wikipedia_shaped
 from common import environment, load_average, write_results
 
@@ -53,18 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--model", choices=["tiny", "minilm"], default="minilm")
-    parser.add_argument("--articles", type=int, default=20)
-    parser.add_argument("--questions", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--prefix", default="bench")
-    parser.add_argument("--backends", default="opensearch,elasticsearch")
-    parser.add_argument("--opensearch-url")
-    parser.add_argument("--elasticsearch-url")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = kept_index_options(parser, "opensearch,elasticsearch")
     model, layer = model_for(args.model)
     questions = make_questions(
         wikipedia_shaped(FRAGMENT, args.articles, args.seed), args.questions, args.seed

@@ -20,11 +20,10 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_engines import make_questions, model_for
+from bench_engines import kept_index_options, make_questions, model_for
 from bench_lazy import FRAGMENT, wikipedia_shaped
 from common import environment, load_average, write_results
 
@@ -165,18 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--work", type=Path, required=True, help="bench_engines.py --work's folder")
-    parser.add_argument("--model", choices=["tiny", "minilm"], default="minilm")
-    parser.add_argument("--articles", type=int, default=20)
-    parser.add_argument("--questions", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--prefix", default="bench")
-    parser.add_argument("--backends", default="embedded,opensearch,elasticsearch")
-    parser.add_argument("--opensearch-url")
-    parser.add_argument("--elasticsearch-url")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = kept_index_options(parser, "embedded,opensearch,elasticsearch")
     model, layer = model_for(args.model)
     articles = wikipedia_shaped(FRAGMENT, args.articles, args.seed)
     questions = make_questions(articles, args.questions, args.seed)
