@@ -66,7 +66,7 @@ from bertknn_search.eval.report import plot_reliability
 from bertknn_search.eval.sampling import ece_floor
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.answer_kinds import MONTHS, kind_of
-from bertknn_search.query.confidence import MIN_HIGH_VOTES, Fit, no_vote_p
+from bertknn_search.query.confidence import FEATURES, MIN_HIGH_VOTES, Fit, no_vote_p
 from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -301,7 +301,14 @@ FEATURE_SETS: dict[str, tuple[str, ...]] = {
 
 def features_named(text: str) -> tuple[str, ...]:
     """``--features``: a name in ``FEATURE_SETS`` or a comma-separated list of ``FEATURES`` names."""
-    return FEATURE_SETS.get(text) or tuple(name.strip() for name in text.split(",") if name.strip())
+    named = FEATURE_SETS.get(text) or tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in named if name not in FEATURES]
+    if unknown or not named:
+        raise SystemExit(
+            f"--features {text!r}: not a set ({', '.join(FEATURE_SETS)}) nor a list of inputs"
+            f" ({', '.join(FEATURES)})"
+        )
+    return named
 
 
 def no_vote_answers(rows: Sequence[Measured]) -> dict[str, Any] | None:

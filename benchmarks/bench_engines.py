@@ -284,7 +284,9 @@ def lazy_ingest(
             "articles": rows[0]["articles"],
             "seconds_median": seconds,
             "articles_per_s": rows[0]["articles"] / seconds if seconds else 0.0,
-            "bytes": rows[-1]["bytes"],
+            # the median round's: an unmerged engine index read right after its flush can catch the
+            # engine's own background merge mid-way (a round's bytes near 0)
+            "bytes": int(np.median([r["bytes"] for r in rows])),
             "bytes_merged": rows[-1]["bytes_merged"],
             "runs": rows,
         }

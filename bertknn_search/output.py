@@ -194,6 +194,8 @@ def render_confidence(answer: Answer) -> str:
         verb = "holds" if conf.votes == 1 else "hold"
         word = printable(answer.bert_knn[0].word)
         what = f"{conf.votes:,} of {conf.neighbours:,} neighbours {verb} {word!r}"
+        if not conf.votes:  # BERT put it first; its p is BERT's, discounted by what the neighbours saw
+            what += ": BERT's answer alone"
     else:
         what = "BERT's top-1 probability; no neighbours"
     line = f"confidence: {conf.level} (p {conf.p:.2f}: {what})"

@@ -25,8 +25,9 @@ from bertknn_search.eval.report import plot_reliability, render_calibration
 from bertknn_search.eval.sampling import chance
 from bertknn_search.query.answer_kinds import KindSignals, kind_of
 from bertknn_search.query.confidence import (
-    FEATURES,
+    ANSWER_FEATURES,
     FIT_FILE,
+    HARDNESS_FEATURES,
     LEVELS,
     MIN_HIGH_VOTES,
     Fit,
@@ -35,25 +36,6 @@ from bertknn_search.query.confidence import (
     signals_from_json,
 )
 
-# The inputs of the fit: the signals of the answer and of its kind; the regression weighs them.
-ANSWER_FEATURES = (
-    "log_share",
-    "log_votes",
-    "log_neighbors",
-    "near_votes",
-    "agree",
-    "spread",
-    "top1",
-    "margin",
-    "log_contexts",
-    "coverage",
-    "kind_agree",
-    "kind_share",
-    "bert_kind_share",
-    "bert_p",
-)
-# How hard the question is, whatever its relation (``query.hardness``; issue 49).
-HARDNESS_FEATURES = tuple(name for name in FEATURES if name not in ANSWER_FEATURES)
 DEFAULT_FEATURES = ANSWER_FEATURES
 MIN_BLOCK = 50  # answers per step of the isotonic curve at least: fewer would follow noise
 L2 = 1.0  # ridge penalty on the standardised weights: keeps a small relation from swinging the fit

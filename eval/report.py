@@ -348,6 +348,16 @@ def render_calibration(check: Mapping[str, Any], stored: Path | None) -> str:
         f" p >= {bands['medium']:.2f}, low below (reliability-left-out.png).",
         "",
     ]
+    if bands.get("checked_on"):
+        # how the cuts were chosen: what each band promises, and on which left-out answers it was checked
+        per_kind = bands.get("low_checked_per_kind_from")
+        kinds = f", in each kind with {per_kind} answers or more under it" if per_kind else ""
+        lines += [
+            f'The cuts were checked on {bands["checked_on"]}: "high" raised until its answers were'
+            ' right at least half the time, "low" lowered until its answers were right at most 1 time'
+            f" in 20{kinds}.",
+            "",
+        ]
     if stored is not None:
         lines += [f"Stored in {stored}: query, serve and eval over this index use it.", ""]
     decision = check.get("stored") or {}

@@ -331,6 +331,9 @@ def test_the_text_line_says_p_and_the_votes_and_marks_a_low_answer() -> None:
     high = render_answer(answer(Confidence("high", 0.5, 10, 20)), 2)
     assert "confidence: high (p 0.50: 10 of 20 neighbours hold 'paris')\n" in high + "\n"
     assert "mostly wrong" not in high
+    none = render_answer(answer(Confidence("low", 0.0, 0, 20)), 2)
+    assert "confidence: low (p 0.00: 0 of 20 neighbours hold 'paris': BERT's answer alone);" in none
+    assert "BERT's answer alone" not in low + high
     alone = render_answer(answer(Confidence("medium", 0.2), n=0), 2)
     assert "confidence: medium (p 0.20: BERT's top-1 probability; no neighbours)" in alone
     assert "confidence" not in render_answer(answer(None), 2)

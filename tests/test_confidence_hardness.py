@@ -163,3 +163,9 @@ def test_calibrate_refuses_a_checkpoint_that_mixes_lines_with_and_without_hardne
     (tmp_path / "out2").mkdir()
     fit_made, _ = write_calibration(whole, tmp_path / "out2", "bert-base-uncased", None, in_use)
     assert set(fit_made.features) == set(in_use[0].features)
+
+
+def test_every_input_is_in_one_group() -> None:
+    """A new input must be named as the answer's or the question's: refits choose inputs by group."""
+    assert set(ANSWER_FEATURES) | set(HARDNESS_FEATURES) == set(FEATURES)
+    assert not set(ANSWER_FEATURES) & set(HARDNESS_FEATURES)

@@ -92,6 +92,8 @@ def test_calibrate_gives_each_kind_left_out_its_floor_and_the_report_shows_it() 
         assert part["chance"]["auroc_95"] is not None
     text = render_calibration(check, None)
     assert "ECE by chance" in text
+    assert "checked on relations and kinds left out" in text
+    assert f"in each kind with {MIN_LOW_KIND} answers or more under it" in text
     median = check["kinds_left_out"]["languages"]["chance"]["ece_floor"]["median"]
     assert f"{median:.3f}" in text
 

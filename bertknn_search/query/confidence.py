@@ -2,7 +2,9 @@
 right, and a band ("high", "medium", "low") that cuts ``p``.
 
 ``p`` is a logistic regression over the signals an answer already has (its votes and neighbours, the
-nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw), mapped
+nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw, its
+kind against its neighbours') and, for BERT-base's BERT-kNN fit, how hard the question is (BERT's entropy
+and top-1 probability at the [MASK], the kNN's entropy, the neighbours' distances: ``hardness``), mapped
 through an isotonic curve to the share of such answers that were right. The
 shipped fits (``SHIPPED``: all-MiniLM-L6-v2's kNN answers, BERT-base's BERT-kNN and BERT-alone answers)
 were fitted by ``benchmarks/bench_confidence.py`` on the LAMA T-REx relations in ``../shared/data`` and
@@ -153,6 +155,32 @@ FEATURES: dict[str, Any] = {
     "log_nearest": lambda s: math.log1p(s.nearest) if math.isfinite(s.nearest) else 0.0,
     "log_mean_distance": lambda s: _known(s.hard.mean_distance, math.log1p),
 }
+# The inputs a fit may weigh, in two groups: the signals of the answer and of its kind, and how hard the
+# question is (``hardness``); ``eval calibrate`` refits on the group(s) of the fit in use.
+ANSWER_FEATURES = (
+    "log_share",
+    "log_votes",
+    "log_neighbors",
+    "near_votes",
+    "agree",
+    "spread",
+    "top1",
+    "margin",
+    "log_contexts",
+    "coverage",
+    "kind_agree",
+    "kind_share",
+    "bert_kind_share",
+    "bert_p",
+)
+HARDNESS_FEATURES = (
+    "bert_top1",
+    "bert_entropy",
+    "knn_entropy",
+    "log_distinct",
+    "log_nearest",
+    "log_mean_distance",
+)
 
 
 def _known(value: float | None, then: Any = None) -> float:

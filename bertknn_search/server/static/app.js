@@ -197,7 +197,8 @@ function drawConfidence(answer) {
   badge.textContent = `${c.level} confidence`;
   // p: the estimated probability that the answer is right; votes of its neighbours.
   const p = typeof c.p === "number" ? ` (p ${c.p.toFixed(2)}` : "";
-  const votes = p && c.neighbours ? `; ${c.votes} of ${c.neighbours} neighbours)` : p ? ")" : "";
+  const alone = c.votes === 0 ? ": BERT's answer alone" : "";
+  const votes = p && c.neighbours ? `; ${c.votes} of ${c.neighbours} neighbours${alone})` : p ? ")" : "";
   const score = p + votes;
   badge.title = CONFIDENCE[c.level] + score + " (docs/evaluation.md, Confidence)";
 }
