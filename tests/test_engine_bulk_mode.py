@@ -179,6 +179,13 @@ def segments(config: Config) -> int:
     return int(found["_all"]["primaries"]["segments"]["count"])
 
 
+def force_merges(monkeypatch: pytest.MonkeyPatch, backend: EngineBackend) -> list[str]:
+    """The indices ``backend`` asks to force-merge from now on (none is merged)."""
+    merged: list[str] = []
+    monkeypatch.setattr(backend.client.indices, "forcemerge", lambda **kw: merged.append(kw["index"]))
+    return merged
+
+
 def test_a_run_that_wrote_most_of_the_index_leaves_it_in_one_segment(
     config: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -192,8 +199,7 @@ def test_a_run_that_wrote_most_of_the_index_leaves_it_in_one_segment(
         backend.add_articles([text_only(str(i), f"Town {i}") for i in range(6, 12)])  # a second segment
     assert segments(config) == 1
     assert backend.stats().articles == 12
-    merged: list[str] = []
-    monkeypatch.setattr(backend.client.indices, "forcemerge", lambda **kw: merged.append(kw["index"]))
+    merged = force_merges(monkeypatch, backend)
     monkeypatch.setattr(bulk_mode, "MERGE_MIN_DOCS", 1)  # only the share can hold this run back now
     with backend.bulk(100, 10_000):  # a few articles more: the engine's own merges see to them
         backend.add_articles([text_only("12", "Quimby")])
@@ -208,8 +214,7 @@ def test_a_small_first_run_is_left_to_the_engines_own_merges(
     """Under ``MERGE_MIN_DOCS`` articles the merge costs more of the ingest than the disk it saves."""
     monkeypatch.setattr(bulk_mode, "MERGE_MIN_DOCS", 13)
     backend = EngineBackend.create(config, LAZY)
-    merged: list[str] = []
-    monkeypatch.setattr(backend.client.indices, "forcemerge", lambda **kw: merged.append(kw["index"]))
+    merged = force_merges(monkeypatch, backend)
     with backend.bulk(100, 10_000):
         backend.add_articles([text_only(str(i), f"Place {i}") for i in range(6)])
         backend.add_articles([text_only(str(i), f"Town {i}") for i in range(6, 12)])
