@@ -32,6 +32,7 @@ from bertknn_search.query.confidence import (
     MIN_HIGH_VOTES,
     Fit,
     Signals,
+    inputs,
     no_vote_p,
     signals_from_json,
 )
@@ -117,11 +118,15 @@ def fit(
     hits = np.array([r.hit for r in rows], dtype=np.float64)
     if not len(rows) or hits.min() == hits.max():
         raise ValueError("a fit needs right and wrong answers")
-    raw = Fit(
-        tuple(features), (0.0,) * len(features), (1.0,) * len(features), (0.0,) * len(features), 0.0, 1, 0
-    )
-    x = raw.matrix([r.signals for r in rows])
-    mean, scale = x.mean(axis=0), x.std(axis=0)
+    x = inputs(features, [r.signals for r in rows])
+    # An input may be unknown (NaN: no MLM head) in some answers or all: it is fitted at its mean.
+    known = ~np.isnan(x)
+    seen = known.any(axis=0)
+    filled = np.where(known, x, 0.0)
+    counted = np.maximum(known.sum(axis=0), 1)
+    mean = np.where(seen, filled.sum(axis=0) / counted, 0.0)
+    x = np.where(known, x, mean)
+    scale = np.sqrt(((x - mean) ** 2).sum(axis=0) / counted)  # over the known values only
     scale[scale < 1e-6] = 1.0  # a constant feature (no partial answer in the data) gets weight 0
     coef, intercept = logistic((x - mean) / scale, hits)
     line = Fit(

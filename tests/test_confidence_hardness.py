@@ -115,7 +115,12 @@ def test_a_fit_of_the_answers_signals_alone_still_loads_and_ignores_hardness() -
 
 def test_eval_calibrate_refits_on_the_inputs_of_the_fit_in_use() -> None:
     bert_knn = shipped("confidence_fit_bert_knn.json")
-    assert set(HARDNESS_FEATURES) <= set(refit_features(bert_knn))  # the shipped BERT-kNN fit reads them
+    # the shipped BERT-kNN fit reads the kNN's half of them (with BERT's answer ratio, BERT's half
+    # checked no better: docs/evaluation.md#confidence)
+    assert {"knn_entropy", "log_distinct", "log_nearest", "log_mean_distance"} <= set(
+        refit_features(bert_knn)
+    )
+    assert "log_bert_ratio" in refit_features(bert_knn)
     assert refit_features(shipped("confidence_fit.json")) == ANSWER_FEATURES
     assert refit_features(shipped("confidence_fit_bert.json")) == ANSWER_FEATURES  # p is BERT's top-1
     assert refit_features(None) == ANSWER_FEATURES

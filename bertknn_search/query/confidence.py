@@ -145,6 +145,12 @@ FEATURES: dict[str, Any] = {
     # share and 0 (a fit for such a model is fitted where they are absent, so they carry no weight).
     "bert_kind_share": lambda s: s.kind_share if s.bert_kind_share is None else s.bert_kind_share,
     "bert_p": lambda s: 0.0 if s.bert_p is None else s.bert_p,
+    # How far under BERT's own first choice the answer is, as a log ratio (0: BERT's first choice too).
+    # BERT knows the kind of answer a question wants even where it does not know the answer ('jones'
+    # to "X plays [MASK] ." is a name, not an instrument); linear in bert_p that is lost among the small
+    # probabilities. NaN where unknown (no MLM head, a word of several wordpieces): the fit takes it at
+    # its mean, which weighs nothing either way.
+    "log_bert_ratio": lambda s: _log_ratio(s.bert_p, s.hard.bert_top1),
     # How hard the question is, whatever its relation (``hardness``; issue 49): where a signal is not
     # known (no MLM head, a checkpoint without it) it enters as 0, which a fit where it is never known
     # gives no weight.
@@ -172,6 +178,7 @@ ANSWER_FEATURES = (
     "kind_share",
     "bert_kind_share",
     "bert_p",
+    "log_bert_ratio",
 )
 HARDNESS_FEATURES = (
     "bert_top1",
@@ -181,6 +188,18 @@ HARDNESS_FEATURES = (
     "log_nearest",
     "log_mean_distance",
 )
+
+
+# A probability under this counts as this: BERT's distribution reaches 1e-9 for junk wordpieces, and
+# how much under 1e-7 says nothing more about an answer's kind.
+PROB_FLOOR = 1e-7
+
+
+def _log_ratio(p: float | None, top: float | None) -> float:
+    """log(p / top) with both floored at ``PROB_FLOOR``; NaN where either is unknown."""
+    if p is None or top is None or not math.isfinite(p) or not math.isfinite(top):
+        return math.nan
+    return math.log(max(p, PROB_FLOOR) / max(top, PROB_FLOOR))
 
 
 def _known(value: float | None, then: Any = None) -> float:
@@ -266,6 +285,12 @@ def no_vote_p(s: Signals) -> float | None:
     return b * unseen / odds if odds > 0 else 0.0
 
 
+def inputs(features: Sequence[str], rows: Sequence[Signals]) -> np.ndarray:
+    """(n, features) raw inputs, NaN where one is unknown."""
+    x = np.array([[FEATURES[f](s) for f in features] for s in rows], dtype=np.float64)
+    return x.reshape(len(rows), len(features))
+
+
 @dataclass(frozen=True)
 class Fit:
     """A logistic regression from the signals to ``p``, and the band thresholds on ``p``.
@@ -325,11 +350,12 @@ class Fit:
 
     def matrix(self, rows: Sequence[Signals]) -> np.ndarray:
         """(n, features) standardised inputs."""
-        x = np.array([[FEATURES[f](s) for f in self.features] for s in rows], dtype=np.float64)
-        x = x.reshape(len(rows), len(self.features))
+        x = inputs(self.features, rows)
         if self.lower:  # the fit knows nothing past what it saw: an input beyond is taken at the edge
             x = np.clip(x, self.lower, self.upper)
-        return (x - np.asarray(self.mean)) / np.asarray(self.scale)
+        mean = np.asarray(self.mean)
+        x = np.where(np.isnan(x), mean, x)  # an unknown input is taken at its mean: no weight either way
+        return (x - mean) / np.asarray(self.scale)
 
     def probability(self, rows: Sequence[Signals]) -> np.ndarray:
         """``p`` of each answer: the regression's, or ``no_vote_p`` for an answer no neighbour votes for."""
