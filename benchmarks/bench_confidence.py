@@ -85,8 +85,9 @@ BORN = re.compile(
 DATE_TEMPLATES = {"P569": "[X] (born [Y]).", "P0569": "[X] was born in the month of [Y] ."}
 
 
-def date_facts(lama: Path, per_relation: int) -> dict[str, list[dict[str, Any]]]:
-    """Up to ``per_relation`` year (P569) and month (P0569) facts, from T-REx evidences of births."""
+def date_facts(lama: Path, per_relation: int, skip: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Up to ``per_relation`` year (P569) and month (P0569) facts, from T-REx evidences of births, after
+    the first ``skip``."""
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in DATE_TEMPLATES}
     seen: set[str] = set()
     for path in sorted((lama / "TREx").glob("*.jsonl")):
@@ -119,25 +120,28 @@ def date_facts(lama: Path, per_relation: int) -> dict[str, list[dict[str, Any]]]
                             }
                         )
                     break
-        if all(len(v) >= per_relation for v in out.values()):
+        if all(len(v) >= skip + per_relation for v in out.values()):
             break
-    return {name: rows[:per_relation] for name, rows in out.items()}
+    return {name: rows[skip : skip + per_relation] for name, rows in out.items()}
 
 
-def trimmed(lama: Path, out: Path, per_relation: int, evidences: int, dates: bool = True) -> Path:
-    """A LAMA folder with the first ``per_relation`` facts of each T-REx file, evidences cut, and (with
-    ``dates``) the date relations of ``date_facts``."""
+def trimmed(
+    lama: Path, out: Path, per_relation: int, evidences: int, dates: bool = True, skip: int = 0
+) -> Path:
+    """A LAMA folder with the first ``per_relation`` facts of each T-REx file after its first ``skip``
+    (facts a fit never saw, to check it on), evidences cut, and (with ``dates``) the date relations of
+    ``date_facts``."""
     (out / "TREx").mkdir(parents=True, exist_ok=True)
     for path in sorted((lama / "TREx").glob("*.jsonl")):
         with path.open(encoding="utf-8") as handle:
-            rows = [json.loads(line) for line in itertools.islice(handle, per_relation)]
+            rows = [json.loads(line) for line in itertools.islice(handle, skip, skip + per_relation)]
         for row in rows:
             row["evidences"] = row["evidences"][:evidences]
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         (out / "TREx" / path.name).write_text(text, encoding="utf-8")
     relations = (lama / "relations.jsonl").read_text(encoding="utf-8")
     if dates:
-        for name, rows in date_facts(lama, per_relation).items():
+        for name, rows in date_facts(lama, per_relation, skip).items():
             text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
             (out / "TREx" / f"{name}.jsonl").write_text(text, encoding="utf-8")
             line = {"relation": name, "template": DATE_TEMPLATES[name], "label": name, "type": "N-1"}
@@ -418,6 +422,9 @@ def main() -> None:
     )
     parser.add_argument("--per-relation", type=int, default=80)
     parser.add_argument("--evidences", type=int, default=4)
+    parser.add_argument(
+        "--skip", type=int, default=0, help="leave out each relation's first SKIP facts (held-out facts)"
+    )
     parser.add_argument("--partial-facts", type=int, default=40, help="facts per relation, partial and batch")
     parser.add_argument("--budget", type=int, nargs="*", default=[16, 8, 2])
     parser.add_argument("--work", type=Path, default=Path("/tmp/bertknn-bench-confidence"))
@@ -458,7 +465,7 @@ def main() -> None:
         return
     args.work.mkdir(parents=True, exist_ok=True)
     load = load_average()
-    lama = trimmed(LAMA, args.work / "lama", args.per_relation, args.evidences)
+    lama = trimmed(LAMA, args.work / "lama", args.per_relation, args.evidences, skip=args.skip)
     relations = sorted(p.stem for p in (lama / "TREx").glob("*.jsonl"))
     corpus = args.work / "corpus.jsonl"
     summary_ = write_evidence_corpus(

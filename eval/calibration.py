@@ -495,11 +495,12 @@ def calibration_line(check: Mapping[str, Any], where: Path | None, out: Path, in
 
 
 def refit_features(current: Fit | None) -> tuple[str, ...]:
-    """The inputs of a new fit: those of the regression in use (a shipped fit chose them for its model
-    and method: BERT-base's BERT-kNN fit reads the question's hardness, MiniLM's does not, where it
-    checked no better), else ``DEFAULT_FEATURES``."""
+    """The inputs of a new fit: every input of the answer's (``ANSWER_FEATURES``, those added since the
+    fit in use was made included), and the hardness inputs the regression in use reads (a shipped fit
+    chose them for its model and method: BERT-base's BERT-kNN fit reads the kNN's half, MiniLM's none,
+    where more checked no better); ``DEFAULT_FEATURES`` where no regression is in use."""
     if current is not None and current.p_from == "fit" and current.features:
-        return tuple(current.features)
+        return (*ANSWER_FEATURES, *(f for f in current.features if f not in ANSWER_FEATURES))
     return DEFAULT_FEATURES
 
 
@@ -528,7 +529,9 @@ def write_calibration(
             f" {len(rows):,} answers of {len(relations)} relation(s) here: name more facts"
         )
     features = refit_features(current[0] if current else None)
-    if set(features) & set(HARDNESS_FEATURES):
+    # BERT's ratio reads BERT's top-1 probability, recorded with the hardness signals
+    with_head = "log_bert_ratio" in features and any(r.signals.bert_p is not None for r in rows)
+    if set(features) & set(HARDNESS_FEATURES) or with_head:
         # an answer with neighbours always has a kNN entropy since the hardness signals were recorded:
         # lines written before them (a checkpoint resumed across the change) would enter the fit as 0
         recorded = {r.signals.hard.knn_entropy is not None for r in rows if r.signals.neighbors}

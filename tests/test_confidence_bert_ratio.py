@@ -4,6 +4,7 @@ BERT's first choice ('jones' to "X plays [MASK] .") is mostly wrong, whatever it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -11,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertknn_search.eval.calibration import ANSWER_FEATURES, Measured, fit
+from bertknn_search.demo import Fact
+from bertknn_search.eval.calibration import ANSWER_FEATURES, Measured, fit, refit_features
 from bertknn_search.query.answer_kinds import KindSignals
-from bertknn_search.query.confidence import FEATURES, PROB_FLOOR, Fit, Signals, shipped
+from bertknn_search.query.confidence import FEATURES, PROB_FLOOR, Fit, Signals, shipped, signals
 from bertknn_search.query.hardness import Hardness
+from bertknn_search.query.search import Question, Searcher
 
 ratio = FEATURES["log_bert_ratio"]
 
@@ -96,3 +99,48 @@ def test_the_shipped_bert_knn_fit_reads_the_ratio_and_minilms_gives_it_no_weight
     # BERT-kNN: the same votes, BERT's first choice against a word BERT puts 1,000 times under it
     near, far = _signals(3, 0.2, 0.2), _signals(3, 0.0002, 0.2)
     assert bert_knn.probability([near])[0] > bert_knn.probability([far])[0]
+
+
+def test_a_live_bert_knn_answer_reads_the_ratio_and_a_word_beyond_the_vocabulary_does_not(
+    searcher: Searcher, facts: list[Fact]
+) -> None:
+    """Through the query path's own signals (``Searcher.kind_signals`` and ``Searcher.hardness``, as
+    ``Searcher.answer_batch`` passes them): a tiny BERT's answer has a finite ratio, at most 0 (the
+    answer comes from the same answerable wordpieces as BERT's top-1), and a word's key beyond the
+    vocabulary (a whole-word index's word of several wordpieces) has none, taken at the fit's mean."""
+    questions = [Question(f"{f.person.title()} was born in [MASK].", f.person.title()) for f in facts[:3]]
+    fit = shipped("confidence_fit_bert_knn.json")
+    for a, s in zip(searcher.answer_batch(questions), searcher.score_batch(questions)):
+        top = a.bert_knn[0].token_id
+        found = signals(a.bert_knn, s.neighbors, None, searcher.kind_signals(top, s), searcher.hardness(s))
+        said = ratio(found)
+        assert math.isfinite(said) and said <= 1e-9
+        beyond = searcher.kind_signals(searcher.kind_table.size + 5, s)
+        word = dataclasses.replace(found, kinds=beyond)
+        assert beyond.bert_p is None and math.isnan(ratio(word))
+        at = fit.features.index("log_bert_ratio")
+        assert fit.matrix([word])[0, at] == 0.0  # taken at the fit's mean: no weight either way
+        assert fit.matrix([found])[0, at] != 0.0
+
+
+def test_a_fit_stored_before_the_ratio_gains_it_at_its_next_refit() -> None:
+    """``eval calibrate`` refits on every input of the answer's, those added since the fit in use too."""
+    old = dataclasses.replace(
+        shipped("confidence_fit.json"),
+        features=ANSWER_FEATURES[:-1],
+        mean=(0.0,) * (len(ANSWER_FEATURES) - 1),
+        scale=(1.0,) * (len(ANSWER_FEATURES) - 1),
+        coef=(0.0,) * (len(ANSWER_FEATURES) - 1),
+        lower=(),
+        upper=(),
+    )
+    assert "log_bert_ratio" not in old.features
+    assert refit_features(old) == ANSWER_FEATURES
+    with_knn = dataclasses.replace(
+        old,
+        features=(*old.features, "knn_entropy"),
+        mean=(*old.mean, 0.0),
+        scale=(*old.scale, 1.0),
+        coef=(*old.coef, 0.0),
+    )
+    assert refit_features(with_knn) == (*ANSWER_FEATURES, "knn_entropy")

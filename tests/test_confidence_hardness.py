@@ -170,6 +170,16 @@ def test_calibrate_refuses_a_checkpoint_that_mixes_lines_with_and_without_hardne
     assert set(fit_made.features) == set(in_use[0].features)
 
 
+def test_the_answer_ratio_alone_refuses_a_mixed_checkpoint_of_a_model_with_a_head(tmp_path: Path) -> None:
+    """A fit of the answer's inputs alone reads BERT's top-1 through ``log_bert_ratio``: with an MLM head
+    (the lines have ``bert_p``) a checkpoint resumed across versions is refused as well."""
+    in_use = (shipped("confidence_fit.json"), "shipped")  # the answer's inputs only
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(_line(i, i >= 200)) + "\n" for i in range(400)))
+    with pytest.raises(ConfigError, match="mixes answers recorded with and without"):
+        write_calibration(mixed, tmp_path / "out", "bert-base-uncased", None, in_use)
+
+
 def test_every_input_is_in_one_group() -> None:
     """A new input must be named as the answer's or the question's: refits choose inputs by group."""
     assert set(ANSWER_FEATURES) | set(HARDNESS_FEATURES) == set(FEATURES)

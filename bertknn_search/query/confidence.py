@@ -3,9 +3,10 @@ right, and a band ("high", "medium", "low") that cuts ``p``.
 
 ``p`` is a logistic regression over the signals an answer already has (its votes and neighbours, the
 nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw, its
-kind against its neighbours') and, for BERT-base's BERT-kNN fit, how hard the question is (BERT's entropy
-and top-1 probability at the [MASK], the kNN's entropy, the neighbours' distances: ``hardness``), mapped
-through an isotonic curve to the share of such answers that were right. The
+kind against its neighbours', and, with an MLM head, how far under BERT's own first choice the answer is)
+and, for BERT-base's BERT-kNN fit, how hard the question is (the kNN's entropy, the neighbours' distances
+and spread: ``hardness``), mapped through an isotonic curve to the share of such answers that were
+right. The
 shipped fits (``SHIPPED``: all-MiniLM-L6-v2's kNN answers, BERT-base's BERT-kNN and BERT-alone answers)
 were fitted by ``benchmarks/bench_confidence.py`` on the LAMA T-REx relations in ``../shared/data`` and
 date relations built from their evidences, checked on whole relations and whole kinds of relation left
@@ -191,8 +192,9 @@ HARDNESS_FEATURES = (
 
 
 # A probability under this counts as this: BERT's distribution reaches 1e-9 for junk wordpieces, and
-# how much under 1e-7 says nothing more about an answer's kind.
-PROB_FLOOR = 1e-7
+# how much under it says nothing more about an answer's kind; it is also the precision at which an
+# evaluation's checkpoint records the probabilities (6 decimals), so that a fit sees what a query sees.
+PROB_FLOOR = 1e-6
 
 
 def _log_ratio(p: float | None, top: float | None) -> float:
