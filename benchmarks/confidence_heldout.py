@@ -1,0 +1,100 @@
+"""Confidence fits checked on answers none of them was fitted or chosen on (issue 49).
+
+``bench_confidence.py`` checks a fit on relations and kinds of relation left out, but the fit's inputs,
+their form and its cuts were chosen on those same answers. This scores the answers of an evaluation of
+other facts (``bench_confidence.py --skip N``: each relation's facts after the first N, which the
+shipped fits never saw) with each fit as it is — no refit — and reports, overall and per kind of
+relation, what ``bench_confidence.py`` reports: P@1, mean ``p``, AUROC, ECE with its floor by chance,
+and P@1 per level.
+
+    python benchmarks/bench_confidence.py --model ~/.cache/bertknn-search/models/bert-base-uncased \\
+        --layer 11 --method interpolated --per-relation 15 --skip 35 --evidences 1 --budget 8 \\
+        --partial-facts 10 --no-batch --work HELD
+    python benchmarks/confidence_heldout.py HELD/eval-exact/facts.jsonl HELD/eval-budget-8/facts.jsonl \\
+        --fit new=bertknn_search/query/confidence_fit_bert_knn.json --fit before=OLD.json \\
+        --out benchmarks/results/confidence-heldout-cpu-bert-base.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from common import environment, load_average
+
+from bertknn_search.eval.calibration import Measured, from_lines, kind, summary_by_chance
+from bertknn_search.query.confidence import Fit
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(t) for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
+
+
+def answers(first: Path, others: list[Path]) -> tuple[list[Measured], list[Measured]]:
+    """Every answer of the first checkpoint, and the partial answers of the others (budget runs)."""
+    exact = from_lines(read(first))
+    partial = [
+        dataclasses.replace(r, key=f"{r.key}#{path.parent.name}")
+        for path in others
+        for r in from_lines(read(path))
+        if r.signals.partial
+    ]
+    return exact, partial
+
+
+def scored(rows: list[Measured], fit: Fit) -> dict[str, Any]:
+    """``summary_by_chance`` of the fit's own ``p`` over all the rows and over each kind's."""
+    p = fit.probability([r.signals for r in rows])
+    out: dict[str, Any] = {"all": summary_by_chance(rows, p, fit)}
+    for name in sorted({kind(r.relation) for r in rows}):
+        mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
+        out[name] = summary_by_chance([rows[i] for i in mine], p[mine], fit)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("checkpoints", type=Path, nargs="+", help="exact answers first, then budget runs")
+    parser.add_argument("--fit", action="append", required=True, help="NAME=PATH of a fit file, repeatable")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    load = load_average()
+    exact, partial = answers(args.checkpoints[0], args.checkpoints[1:])
+    fits = {name: Fit.read(Path(path)) for name, _, path in (f.partition("=") for f in args.fit)}
+    results: dict[str, Any] = {
+        "environment": environment("cpu"),
+        "load_average_before": load,
+        "checkpoints": [str(p) for p in args.checkpoints],
+        "answers": {"exact": len(exact), "partial": len(partial)},
+        "fits": {},
+    }
+    for name, fit in fits.items():
+        results["fits"][name] = {
+            "features": list(fit.features),
+            "bands": {"high": fit.high, "medium": fit.medium},
+            "all_answers": scored([*exact, *partial], fit),
+            "exact": scored(exact, fit)["all"],
+            "partial": scored(partial, fit)["all"] if partial else None,
+        }
+        head = results["fits"][name]["all_answers"]
+        for group, said in head.items():
+            bands = said["bands"]
+            print(
+                f"{name:8s} {group[:30]:30s} n={said['answers']:4d} P@1 {said['P@1']:.3f} mean p"
+                f" {said['mean_p']:.2f} AUROC {said['auroc']} ECE {said['ece']}"
+                f" (chance p95 {said['chance']['ece_floor']['p95']}) high"
+                f" {bands['high']['hits']}/{bands['high']['answers']} low"
+                f" {bands['low']['hits']}/{bands['low']['answers']}"
+            )
+    results["load_average_after"] = load_average()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
