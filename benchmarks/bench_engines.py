@@ -33,6 +33,10 @@ as with BERT; its encoder is very cheap, so the engine's share of an ingest is a
 is with a real model. ``--model minilm``: all-MiniLM-L6-v2's real weights, layer 6 (no MLM head: kNN
 only), 384 dims.
 
+A node's JVM answers its first few hundred questions slower (its JIT compiles the search path meanwhile,
+on the same cores: ``bench_after_ingest.py``); ``--engine-warm-questions N`` has each engine answer N other
+questions (another seed's, in process) before anything is timed, as a node that has run a while has.
+
 Targets (the issue): a warm question on a real engine at most 1.5x embedded's p50; the engine's share of
 an eager ingest at most 15%.
 
@@ -57,7 +61,7 @@ from typing import Any
 import numpy as np
 from bench_lazy import FRAGMENT, wikipedia_shaped
 from common import Progress, cache_dir, dir_bytes, environment, load_average, write_results
-from engines_meter import Meter, cpu_seconds, instrumented, warm_latency
+from engines_meter import Meter, cpu_seconds, engine_warm_up, instrumented, warm_latency
 from engines_serve import kind_lines, serve_latency, serve_lines
 
 from bertknn_search.config import Config
@@ -420,6 +424,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 marker.unlink(missing_ok=True)
                 eager_ingest(articles, configs, clusters, results, progress)
                 marker.write_text(json.dumps(built))
+            if args.engine_warm_questions:
+                others = make_questions(articles, min(args.engine_warm_questions, 64), args.seed + 1)
+                warm = engine_warm_up(configs, others, args.engine_warm_questions)
+                results["engine_warm_up"] = warm
+                progress.done(
+                    "engine warm-up",
+                    f"{warm['questions']} questions each in {warm['seconds']:.0f} s; "
+                    + "; ".join(
+                        f"{n} p50 {v['first_64_p50_ms']:.0f} -> {v['last_64_p50_ms']:.0f} ms"
+                        for n, v in warm.items()
+                        if isinstance(v, dict)
+                    ),
+                )
             modes = set(args.modes.split(","))
             if "inprocess" in modes:
                 for name in backends:
@@ -606,6 +623,12 @@ def main() -> None:
         "--serve-before",
         action="store_true",
         help="serve mode: also time each engine's server with its IR search and encoder pass in turn",
+    )
+    parser.add_argument(
+        "--engine-warm-questions",
+        type=int,
+        default=0,
+        help="each engine answers that many other questions before the timed ones (the nodes' JIT warm-up)",
     )
     parser.add_argument(
         "--work",

@@ -2,7 +2,8 @@
 
 ``instrumented`` times an ingest's writes and lookups and every engine request by kind (patched at the
 clients' transports); ``QueryClock`` counts a searcher's backend seconds and engine requests per
-question; ``warm_latency`` asks searchers the same warm questions in turn (the in-process mode).
+question; ``warm_latency`` asks searchers the same warm questions in turn (the in-process mode);
+``engine_warm_up`` warms the engines' nodes before that.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 from common import percentiles
 
+from bertknn_search.config import Config
 from bertknn_search.query.search import Searcher
 from bertknn_search.records import Question
 
@@ -262,3 +264,32 @@ def warm_latency(
                 for k, row in out[name]["question_kinds"].items():
                     row["p50_vs_embedded"] = row["p50_ms"] / out[base]["question_kinds"][k]["p50_ms"]
     return out
+
+
+def engine_warm_up(configs: dict[str, Config], questions: Sequence[Question], n: int) -> dict[str, Any]:
+    """Each engine answers ``n`` of ``questions`` (cycled; not the timed ones), in process, the engines in
+    turn: the nodes' JIT compiles the search path; the last 64 answers' times say how warm it got."""
+    engines = {name: c for name, c in configs.items() if name != "embedded"}
+    searchers = {name: Searcher.open(config) for name, config in engines.items()}
+    times: dict[str, list[float]] = {name: [] for name in searchers}
+    started = time.perf_counter()
+    try:
+        for i in range(n):
+            for name, searcher in searchers.items():
+                t0 = time.perf_counter()
+                searcher.answer(questions[i % len(questions)])
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        for s in searchers.values():
+            s.close()
+    return {
+        "questions": n,
+        "seconds": round(time.perf_counter() - started, 1),
+        **{
+            name: {
+                "first_64_p50_ms": float(np.median(t[:64]) * 1000),
+                "last_64_p50_ms": float(np.median(t[-64:]) * 1000),
+            }
+            for name, t in times.items()
+        },
+    }
