@@ -25,7 +25,7 @@ from typing import Any
 
 from common import environment, load_average
 
-from bertknn_search.eval.calibration import Measured, from_lines, kind, summary_by_chance
+from bertknn_search.eval.calibration import Measured, by_kind, from_lines, summary_by_chance
 from bertknn_search.query.confidence import Fit
 
 
@@ -45,14 +45,16 @@ def answers(first: Path, others: list[Path]) -> tuple[list[Measured], list[Measu
     return exact, partial
 
 
-def scored(rows: list[Measured], fit: Fit) -> dict[str, Any]:
-    """``summary_by_chance`` of the fit's own ``p`` over all the rows and over each kind's."""
+def scored(exact: list[Measured], partial: list[Measured], fit: Fit) -> dict[str, Any]:
+    """``summary_by_chance`` of the fit's own ``p``: over all the answers and each kind's, and over the
+    exact and the partial ones."""
+    rows = [*exact, *partial]
     p = fit.probability([r.signals for r in rows])
-    out: dict[str, Any] = {"all": summary_by_chance(rows, p, fit)}
-    for name in sorted({kind(r.relation) for r in rows}):
-        mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
-        out[name] = summary_by_chance([rows[i] for i in mine], p[mine], fit)
-    return out
+    return {
+        "all_answers": {"all": summary_by_chance(rows, p, fit), **by_kind(rows, p, fit)},
+        "exact": summary_by_chance(exact, p[: len(exact)], fit),
+        "partial": summary_by_chance(partial, p[len(exact) :], fit) if partial else None,
+    }
 
 
 def main() -> None:
@@ -77,9 +79,7 @@ def main() -> None:
         results["fits"][name] = {
             "features": list(fit.features),
             "bands": {"high": fit.high, "medium": fit.medium},
-            "all_answers": scored([*exact, *partial], fit),
-            "exact": scored(exact, fit)["all"],
-            "partial": scored(partial, fit)["all"] if partial else None,
+            **scored(exact, partial, fit),
         }
         head = results["fits"][name]["all_answers"]
         for group, said in head.items():

@@ -121,10 +121,8 @@ def fit(
     x = inputs(features, [r.signals for r in rows])
     # An input may be unknown (NaN: no MLM head) in some answers or all: it is fitted at its mean.
     known = ~np.isnan(x)
-    seen = known.any(axis=0)
-    filled = np.where(known, x, 0.0)
-    counted = np.maximum(known.sum(axis=0), 1)
-    mean = np.where(seen, filled.sum(axis=0) / counted, 0.0)
+    counted = np.maximum(known.sum(axis=0), 1)  # a never-known input: mean 0 (0 / 1), then weight 0
+    mean = np.where(known, x, 0.0).sum(axis=0) / counted
     x = np.where(known, x, mean)
     scale = np.sqrt(((x - mean) ** 2).sum(axis=0) / counted)  # over the known values only
     scale[scale < 1e-6] = 1.0  # a constant feature (no partial answer in the data) gets weight 0
@@ -313,6 +311,15 @@ def summary_by_chance(rows: Sequence[Measured], p: Sequence[float], model: Fit) 
     return {**out, "chance": chance(p, [r.hit for r in rows], out["bands"], BINS)}
 
 
+def by_kind(rows: Sequence[Measured], p: np.ndarray, model: Fit) -> dict[str, Any]:
+    """``summary_by_chance`` of each kind of relation's answers (``kind``), in the kinds' order."""
+    out: dict[str, Any] = {}
+    for name in sorted({kind(r.relation) for r in rows}):
+        mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
+        out[name] = summary_by_chance([rows[i] for i in mine], p[mine], model)
+    return out
+
+
 def calibrate(
     rows: Sequence[Measured],
     features: Sequence[str] = DEFAULT_FEATURES,
@@ -372,19 +379,17 @@ def calibrate(
             "kind": kind(relation),
             **summary([rows[i] for i in mine], p[mine], check_model),
         }
-    for name in sorted({kind(r) for r in relations}):
-        mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
+    for name, said in by_kind(rows, p, check_model).items():
         report["kinds"][name] = {
-            "relations": sorted({rows[i].relation for i in mine}),
-            **summary_by_chance([rows[i] for i in mine], p[mine], check_model),
+            "relations": sorted({r.relation for r in rows if kind(r.relation) == name}),
+            **said,
         }
     if p_kind is not None:
-        report["kinds_left_out"] = {"all": summary_by_chance(rows, p_kind, check_model)}
+        report["kinds_left_out"] = {
+            "all": summary_by_chance(rows, p_kind, check_model),
+            **by_kind(rows, p_kind, check_model),
+        }
         report["reliability_kinds_left_out"] = reliability(p_kind, [r.hit for r in rows])
-        for name in sorted({kind(r) for r in relations}):
-            mine = [i for i, r in enumerate(rows) if kind(r.relation) == name]
-            picked = [rows[i] for i in mine]
-            report["kinds_left_out"][name] = summary_by_chance(picked, p_kind[mine], check_model)
     head = report["left_out"]
     headline = {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}
     info = {**dict(about or {}), "relations": relations, "left_out": headline}
