@@ -124,6 +124,11 @@ def engine_state(url: str, pid: int, prefix: str) -> dict[str, Any]:
     }
 
 
+def jvm_cpu_ms(pids: dict[str, int], before: dict[str, float], asked: int) -> dict[str, float]:
+    """Each JVM's CPU milliseconds a question since ``before`` (its ``cpu_seconds`` then)."""
+    return {name: (cpu_seconds(pid) - before[name]) * 1000 / asked for name, pid in pids.items()}
+
+
 def ask(
     configs: dict[str, Config], questions: list[Any], kinds: list[str], rounds: int, pids: dict[str, int]
 ) -> dict[str, Any]:
@@ -133,9 +138,8 @@ def ask(
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         load0 = load_average()
         latency = warm_latency(searchers, questions, rounds, kinds)
-        asked = len(questions) * (rounds + 1)
-        for name, pid in pids.items():
-            latency[name]["jvm_cpu_ms_per_question"] = (cpu_seconds(pid) - cpu0[name]) * 1000 / asked
+        for name, ms in jvm_cpu_ms(pids, cpu0, len(questions) * (rounds + 1)).items():
+            latency[name]["jvm_cpu_ms_per_question"] = ms
         return {"load_before": load0, "load_after": load_average(), "latency": latency}
     finally:
         for s in searchers.values():
@@ -296,6 +300,7 @@ def warmup_curve(args: argparse.Namespace) -> dict[str, Any]:
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             load0 = load_average()
             latency = warm_latency(searchers, questions, 1, kinds)
+            jvm = jvm_cpu_ms(pids, cpu0, 2 * len(questions))  # warm_latency: a pass, then 1 round
             row: dict[str, Any] = {"step": step + 1, "load_before": load0, "load_after": load_average()}
             for name, v in latency.items():
                 row[name] = {
@@ -303,9 +308,8 @@ def warmup_curve(args: argparse.Namespace) -> dict[str, Any]:
                     "backend_p50_ms": round(v["backend"]["p50_ms"], 2),
                     "p50_vs_embedded": round(v.get("p50_vs_embedded", 1.0), 3),
                 }
-                if name in pids:
-                    jvm = (cpu_seconds(pids[name]) - cpu0[name]) * 1000 / (2 * len(questions))
-                    row[name]["jvm_cpu_ms_per_question"] = round(jvm, 1)
+                if name in jvm:
+                    row[name]["jvm_cpu_ms_per_question"] = round(jvm[name], 1)
             results["steps"].append(row)
             progress.done(
                 f"step {step + 1} ({2 * (step + 1) * len(questions)} questions)",
