@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from typing import Any
 import numpy as np
 from bench_whole_word import minilm
 from common import environment, load_average, write_results
+from date_facts import DATE_TEMPLATES, date_facts
 
 from bertknn_search.config import Config
 from bertknn_search.eval.calibration import (
@@ -65,64 +65,12 @@ from bertknn_search.eval.reliability import auc, ece, reliability
 from bertknn_search.eval.report import plot_reliability
 from bertknn_search.eval.sampling import ece_floor
 from bertknn_search.ingest.pipeline import ingest
-from bertknn_search.query.answer_kinds import MONTHS, kind_of
+from bertknn_search.query.answer_kinds import kind_of
 from bertknn_search.query.confidence import FEATURES, MIN_HIGH_VOTES, Fit, no_vote_p
 from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
 LAMA = ROOT.parent / "shared" / "data" / "lama"
-
-
-# Dates, which the T-REx relations in ../shared/data never ask: "Allan Peiper (born 26 April 1960 in
-# [MASK], Australia)" in a P19 evidence gives the facts (Allan Peiper, year of birth, 1960), filed as
-# P569 (Wikidata's date of birth), and (Allan Peiper, month of birth, april), filed under the made-up id
-# P0569 (the harness reads T-REx files named P<digits>), asked with Google-RE's date_of_birth template
-# and one of our own, with the evidence sentence (the date unmasked) in the corpus, as LAMA's evidences.
-BORN = re.compile(
-    r"\(born (?:(?:on )?\d{1,2} )?(?P<month>" + "|".join(m.title() for m in sorted(MONTHS)) + r")"
-    r"(?: \d{1,2},)? (?P<year>1[5-9]\d\d|20[0-2]\d)\b"
-)
-DATE_TEMPLATES = {"P569": "[X] (born [Y]).", "P0569": "[X] was born in the month of [Y] ."}
-
-
-def date_facts(lama: Path, per_relation: int, skip: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """Up to ``per_relation`` year (P569) and month (P0569) facts, from T-REx evidences of births, after
-    the first ``skip``."""
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in DATE_TEMPLATES}
-    seen: set[str] = set()
-    for path in sorted((lama / "TREx").glob("*.jsonl")):
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                row = json.loads(line)
-                for ev in row["evidences"]:
-                    text = ev["masked_sentence"].replace("[MASK]", ev["obj_surface"])
-                    found = BORN.search(text)
-                    if not found or row["sub_label"] in seen or row["sub_label"] not in text:
-                        continue
-                    seen.add(row["sub_label"])
-                    for name, group in (("P569", "year"), ("P0569", "month")):
-                        value = found[group]
-                        start, end = found.span(group)
-                        out[name].append(
-                            {
-                                "sub_uri": row["sub_uri"],  # the person's article: the sentence joins it
-                                "sub_label": row["sub_label"],
-                                "obj_label": value.lower(),
-                                "predicate_id": name,
-                                "uuid": f"{row['uuid']}-{name}",
-                                "evidences": [
-                                    {
-                                        "sub_surface": row["sub_label"],
-                                        "obj_surface": value,
-                                        "masked_sentence": text[:start] + "[MASK]" + text[end:],
-                                    }
-                                ],
-                            }
-                        )
-                    break
-        if all(len(v) >= skip + per_relation for v in out.values()):
-            break
-    return {name: rows[skip : skip + per_relation] for name, rows in out.items()}
 
 
 def trimmed(

@@ -36,6 +36,7 @@ from bertknn_search.query.confidence import (
     no_vote_p,
     signals_from_json,
 )
+from bertknn_search.query.word_frequency import zipf
 
 DEFAULT_FEATURES = ANSWER_FEATURES
 MIN_BLOCK = 50  # answers per step of the isotonic curve at least: fewer would follow noise
@@ -407,6 +408,9 @@ def from_lines(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
         ranks = line.get("ranks") or {}
         if not said or line.get("skipped") or "bert_knn" not in ranks:
             continue
+        if "word_zipf" not in said:  # written before it was recorded: the line holds the top word
+            words = (line.get("top") or {}).get("bert_knn") or []
+            said = {**said, "word_zipf": zipf(words[0]) if words else None}
         out.append(Measured(line["key"], line["relation"], signals_from_json(said), ranks["bert_knn"] == 1))
     return out
 

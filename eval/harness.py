@@ -287,7 +287,7 @@ def _rank_batch(
             ids, probs = found["bert_knn"]
             best = [float(x) for x in probs[:2]] + [0.0, 0.0]
             top_id = ids[0] if ids else None
-            kinds = searcher.kind_signals(top_id, scored)
+            kinds = searcher.kind_signals(top_id, scored, None if top_id is None else words[top_id][0])
             hard = searcher.hardness(scored)
             said = signals_of(top_id, best[0], best[1], nb, scored.coverage, kinds, hard)
             conf = judge(said, False, searcher.confidence_fit)

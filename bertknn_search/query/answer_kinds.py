@@ -61,6 +61,7 @@ class KindSignals:
         bert_share: BERT's probability mass on tokens of ``kind``; None without an MLM head.
         bert_p: BERT's probability of the answer itself; None without an MLM head or for a word of
             several wordpieces (BERT gives one wordpiece a probability).
+        zipf: how common the answer word is in English (``word_frequency.zipf``); None where not known.
     """
 
     kind: str = "word"
@@ -68,6 +69,7 @@ class KindSignals:
     share: float = 1.0
     bert_share: float | None = None
     bert_p: float | None = None
+    zipf: float | None = None
 
     @property
     def agree(self) -> bool:

@@ -3,10 +3,10 @@ right, and a band ("high", "medium", "low") that cuts ``p``.
 
 ``p`` is a logistic regression over the signals an answer already has (its votes and neighbours, the
 nearest neighbours' agreement, the top-1 probability and margin, how much of its articles it saw, its
-kind against its neighbours', and, with an MLM head, how far under BERT's own first choice the answer is)
-and, for BERT-base's BERT-kNN fit, how hard the question is (the kNN's entropy, the neighbours' distances
-and spread: ``hardness``), mapped through an isotonic curve to the share of such answers that were
-right. The
+kind against its neighbours', with an MLM head how far under BERT's own first choice the answer is,
+without one how common a word it is: ``word_frequency``) and, for BERT-base's BERT-kNN fit, how hard
+the question is (the kNN's entropy, the neighbours' distances and spread: ``hardness``), mapped through
+an isotonic curve to the share of such answers that were right. The
 shipped fits (``SHIPPED``: all-MiniLM-L6-v2's kNN answers, BERT-base's BERT-kNN and BERT-alone answers)
 were fitted by ``benchmarks/bench_confidence.py`` on the LAMA T-REx relations in ``../shared/data`` and
 date relations built from their evidences, checked on whole relations and whole kinds of relation left
@@ -39,6 +39,7 @@ from bertknn_search.errors import ConfigError
 from bertknn_search.query.answer_kinds import KindSignals
 from bertknn_search.query.fit_files import check_fit_json, parse_fit_json, read_fit_json, what_to_do
 from bertknn_search.query.hardness import Hardness
+from bertknn_search.query.word_frequency import above_common
 from bertknn_search.records import Confidence, Coverage, Neighbors, Prediction
 
 LEVELS = ("low", "medium", "high")
@@ -66,7 +67,8 @@ class Signals:
         coverage: share of those contexts the answer could see (1: whole articles).
         kinds: the answer's kind against its neighbours' (``answer_kinds.KindSignals``; "word" for all in
             checkpoints written before they were recorded). Its fields read as ``kind``, ``majority``,
-            ``kind_share``, ``bert_kind_share`` and ``bert_p`` here and in the JSON.
+            ``kind_share``, ``bert_kind_share`` and ``bert_p`` here and in the JSON, and ``zipf`` as
+            ``word_zipf`` in the JSON.
         hard: how hard the question is, whatever its relation (``hardness.Hardness``: BERT's top-1
             probability and entropy, the kNN distribution's entropy, the neighbours' mean distance;
             its fields flat in the JSON, each None where not known).
@@ -152,6 +154,11 @@ FEATURES: dict[str, Any] = {
     # probabilities. NaN where unknown (no MLM head, a word of several wordpieces): the fit takes it at
     # its mean, which weighs nothing either way.
     "log_bert_ratio": lambda s: _log_ratio(s.bert_p, s.hard.bert_top1),
+    # How far the answer word is above a common name's frequency in English (``word_frequency``): a
+    # fact's answer is mostly a name, a wrong kNN answer often a common word of the sentence ('based',
+    # 'born'). What BERT's ratio says for a model with an MLM head, for one without. NaN where unknown
+    # (a wordpiece that is no word, a checkpoint without it): taken at the fit's mean.
+    "common_word": lambda s: _or_nan(above_common(s.kinds.zipf)),
     # How hard the question is, whatever its relation (``hardness``; issue 49): where a signal is not
     # known (no MLM head, a checkpoint without it) it enters as 0, which a fit where it is never known
     # gives no weight.
@@ -180,6 +187,7 @@ ANSWER_FEATURES = (
     "bert_kind_share",
     "bert_p",
     "log_bert_ratio",
+    "common_word",
 )
 HARDNESS_FEATURES = (
     "bert_top1",
@@ -202,6 +210,10 @@ def _log_ratio(p: float | None, top: float | None) -> float:
     if p is None or top is None or not math.isfinite(p) or not math.isfinite(top):
         return math.nan
     return math.log(max(p, PROB_FLOOR) / max(top, PROB_FLOOR))
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
 def _known(value: float | None, then: Any = None) -> float:
@@ -567,7 +579,7 @@ def judge(
 
 # The kind signals' names in the JSON (checkpoints, ``eval calibrate``), flat beside the others.
 _KIND_JSON = {"kind": "kind", "majority": "majority", "share": "kind_share"}
-_KIND_JSON |= {"bert_share": "bert_kind_share", "bert_p": "bert_p"}
+_KIND_JSON |= {"bert_share": "bert_kind_share", "bert_p": "bert_p", "zipf": "word_zipf"}
 
 
 def signals_json(found: Signals) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from bertknn_search.query.knn import knn_probs
 from bertknn_search.query.neighbour_words import resolve_words
 from bertknn_search.query.retrieve import retrieve, retrieve_subject
 from bertknn_search.query.split_words import split_words
+from bertknn_search.query.word_frequency import zipf
 from bertknn_search.records import (
     Answer,
     ArticleHit,
@@ -136,13 +137,15 @@ class Searcher:
         """Each wordpiece's kind (year, number, month, punctuation, word)."""
         return KindTable(self.encoder.vocab)
 
-    def kind_signals(self, top: int | None, scored: Scored) -> KindSignals:
-        """The top answer's kind against its neighbours' (``answer_kinds``)."""
+    def kind_signals(self, top: int | None, scored: Scored, word: str | None = None) -> KindSignals:
+        """The top answer's kind against its neighbours' (``answer_kinds``), and how common its
+        ``word`` is (``word_frequency``; the text, as a word of several wordpieces is read back)."""
         nb = scored.neighbors
         weights = neighbour_weights(
             nb.distances, self.config.temperature, self.config.distance == "squared-l2"
         )
-        return self.kind_table.signals(top, nb.token_ids, weights, scored.p_bert)
+        found = self.kind_table.signals(top, nb.token_ids, weights, scored.p_bert)
+        return found if word is None else dataclasses.replace(found, zipf=zipf(word))
 
     def hardness(self, scored: Scored) -> Hardness:
         """How hard the question is, whatever its relation (``hardness``), for its confidence."""
@@ -392,7 +395,9 @@ class Searcher:
                     s.p_bert is not None,
                     s.coverage,
                     self.confidence_fit,
-                    self.kind_signals(ranking[0].token_id if ranking else None, s),
+                    self.kind_signals(
+                        ranking[0].token_id if ranking else None, s, ranking[0].word if ranking else None
+                    ),
                     self.fit_name,
                     self.hardness(s),
                 ),
