@@ -41,13 +41,13 @@ from typing import Any
 import numpy as np
 from bench_whole_word import minilm
 from common import environment, load_average, write_results
-from date_facts import DATE_TEMPLATES, date_facts
+from date_facts import DATE_TEMPLATES, FORMS, date_facts
 
 from bertknn_search.config import Config
+from bertknn_search.eval.calibrate_index import never_low_kinds
 from bertknn_search.eval.calibration import (
     ANSWER_FEATURES,
     BERT_ALONE_FEATURES,
-    HARDNESS_FEATURES,
     Measured,
     bert_alone_rows,
     calibrate,
@@ -66,7 +66,14 @@ from bertknn_search.eval.report import plot_reliability
 from bertknn_search.eval.sampling import ece_floor
 from bertknn_search.ingest.pipeline import ingest
 from bertknn_search.query.answer_kinds import kind_of
-from bertknn_search.query.confidence import FEATURES, MIN_HIGH_VOTES, Fit, no_vote_p
+from bertknn_search.query.confidence import (
+    FEATURES,
+    HARDNESS_FEATURES,
+    MIN_HIGH_VOTES,
+    WORD_FEATURES,
+    Fit,
+    no_vote_p,
+)
 from bertknn_search.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +81,13 @@ LAMA = ROOT.parent / "shared" / "data" / "lama"
 
 
 def trimmed(
-    lama: Path, out: Path, per_relation: int, evidences: int, dates: bool = True, skip: int = 0
+    lama: Path,
+    out: Path,
+    per_relation: int,
+    evidences: int,
+    dates: bool = True,
+    skip: int = 0,
+    date_forms: Sequence[str] = FORMS,
 ) -> Path:
     """A LAMA folder with the first ``per_relation`` facts of each T-REx file after its first ``skip``
     (facts a fit never saw, to check it on), evidences cut, and (with ``dates``) the date relations of
@@ -89,7 +102,7 @@ def trimmed(
         (out / "TREx" / path.name).write_text(text, encoding="utf-8")
     relations = (lama / "relations.jsonl").read_text(encoding="utf-8")
     if dates:
-        for name, rows in date_facts(lama, per_relation, skip).items():
+        for name, rows in date_facts(lama, per_relation, skip, date_forms).items():
             text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
             (out / "TREx" / f"{name}.jsonl").write_text(text, encoding="utf-8")
             line = {"relation": name, "template": DATE_TEMPLATES[name], "label": name, "type": "N-1"}
@@ -241,14 +254,20 @@ def kind_offsets(rows: Sequence[Measured], p_kind: Sequence[float]) -> dict[str,
     return out
 
 
-# The fit's inputs to compare (``--compare-features``): the answer's signals alone, and with the
-# question's hardness (``query.hardness``), BERT's part of it, the kNN's part, or all of it.
+# The fit's inputs to compare (``--compare-features``): the answer's signals alone, with how common a word
+# it is, and with the question's hardness (``query.hardness``), BERT's part of it, the kNN's part, or all.
 FEATURE_SETS: dict[str, tuple[str, ...]] = {
     "answer": ANSWER_FEATURES,
+    "answer+word": (*ANSWER_FEATURES, *WORD_FEATURES),
     "answer+bert": (*ANSWER_FEATURES, "bert_top1", "bert_entropy"),
     "answer+knn": (*ANSWER_FEATURES, "knn_entropy", "log_distinct", "log_nearest", "log_mean_distance"),
     "answer+hardness": (*ANSWER_FEATURES, *HARDNESS_FEATURES),
 }
+
+
+def never_low_of(rows: Sequence[Measured]) -> tuple[str, ...]:
+    """The kinds a fit of these answers never calls "low": ``eval calibrate``'s rule for a new fit."""
+    return never_low_kinds(None, any(r.signals.bert_p is not None for r in rows))
 
 
 def features_named(text: str) -> tuple[str, ...]:
@@ -298,7 +317,7 @@ def compare_features(rows: Sequence[Measured]) -> dict[str, Any]:
     (with what chance allows)."""
     out: dict[str, Any] = {}
     for name, features in FEATURE_SETS.items():
-        _, check = calibrate(rows, features)
+        _, check = calibrate(rows, features, never_low=never_low_of(rows))
         out[name] = {
             "features": list(features),
             "bands": check["bands"],
@@ -335,7 +354,7 @@ def from_checkpoint(args: argparse.Namespace) -> None:
     }
     features = features_named(args.features)
     about["features_chosen"] = args.features
-    fit, report = calibrate(rows, features, about=about)
+    fit, report = calibrate(rows, features, about, never_low_of(rows))
     fits = left_out_fits(rows, features)
     results = {
         "environment": environment("cpu"),
@@ -396,6 +415,13 @@ def main() -> None:
         help="the index's mask policy, for the fit's about (--from-checkpoint; a built index has this one)",
     )
     parser.add_argument("--data", help="what the answers are, for the fit's about.data")
+    parser.add_argument(
+        "--date-forms",
+        type=lambda text: tuple(f.strip() for f in text.split(",") if f.strip()),
+        default=FORMS,
+        help=f"the forms of date sentences to build facts from (comma list of {', '.join(FORMS)};"
+        " BERT-base's shipped fits: 'born on')",
+    )
     parser.add_argument("--bert-fit", type=Path, help="write the fit of BERT's own answers here")
     parser.add_argument(
         "--features",
@@ -413,7 +439,14 @@ def main() -> None:
         return
     args.work.mkdir(parents=True, exist_ok=True)
     load = load_average()
-    lama = trimmed(LAMA, args.work / "lama", args.per_relation, args.evidences, skip=args.skip)
+    lama = trimmed(
+        LAMA,
+        args.work / "lama",
+        args.per_relation,
+        args.evidences,
+        skip=args.skip,
+        date_forms=args.date_forms,
+    )
     relations = sorted(p.stem for p in (lama / "TREx").glob("*.jsonl"))
     corpus = args.work / "corpus.jsonl"
     summary_ = write_evidence_corpus(
@@ -450,15 +483,15 @@ def main() -> None:
     about = {
         "model": f"{name} ({'kNN alone' if args.method == 'knn' else 'BERT-kNN, lambda 0.3'}), layer"
         f" {args.layer}, {args.mask_policy}",
-        "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, and year (P569)"
-        " and month (P0569) of birth facts built from T-REx evidences; evidence corpus",
+        "data": f"LAMA T-REx, first {args.per_relation} facts of each relation, and date facts built"
+        f" from T-REx evidences ({', '.join(args.date_forms)}: benchmarks/date_facts.py); evidence corpus",
         "fitted_by": "benchmarks/bench_confidence.py",
         "applies_to": {"methods": [args.method], "models": [name.lower()]},
     }
     if args.data:
         about["data"] = args.data
     features = features_named(args.features)
-    fit, report = calibrate([*exact, *partial], features, about=about)
+    fit, report = calibrate([*exact, *partial], features, about, never_low_of([*exact, *partial]))
     fits = left_out_fits([*exact, *partial], features)
     p_exact = scored_left_out(exact, fits)
     p_partial = scored_left_out(partial, fits)

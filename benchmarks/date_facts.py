@@ -14,15 +14,16 @@ what a kNN answers ('26' or '1960' to "Allan Peiper (born [MASK])." over "Allan 
   neighbour.
 
 Until issue 49's ``common_word`` release only the first form was built (BERT-base's shipped fits were
-fitted on that); MiniLM's answers to the first form were never years, so its fit had never seen a year
-answer to a date question, right or wrong.
+fitted on that: ``bench_confidence.py --date-forms 'born on'``); MiniLM's answers to it were never years,
+so its fit had never seen a year answer to a date question, and on the other forms it put right years
+under "low".
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,28 @@ def _found(row: dict[str, Any], text: str) -> Iterator[tuple[str, str, dict[str,
         yield "life", "P570", _fact(row, "P570", text, found.span("death"))
 
 
-def date_facts(lama: Path, per_relation: int, skip: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """Up to ``per_relation`` facts of each date relation after the first ``skip``, a person's first
-    sentence that gives them; the year of birth takes the forms in turn (``FORMS``)."""
+# The relations each form gives facts of.
+GIVES = {"born on": ("P569", "P0569"), "born in": ("P569",), "life": ("P569", "P570")}
+
+
+def date_facts(
+    lama: Path, per_relation: int, skip: int = 0, forms: Sequence[str] = FORMS
+) -> dict[str, list[dict[str, Any]]]:
+    """Up to ``per_relation`` facts of each date relation the ``forms`` give, after the first ``skip``, a
+    person's first sentence that gives them; the year of birth takes the forms in turn.
+
+    Raises:
+        ValueError: a form not in ``FORMS``.
+    """
+    unknown = sorted(set(forms) - set(FORMS))
+    if unknown:
+        raise ValueError(f"date forms {unknown}: not among {FORMS}")
     wanted = skip + per_relation
-    by_form: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in DATE_TEMPLATES}
-    seen: dict[str, set[str]] = {name: set() for name in DATE_TEMPLATES}
+    names = {name for form in forms for name in GIVES[form]}
+    by_form: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in names}
+    seen: dict[str, set[str]] = {name: set() for name in names}
+    # (relation, form) lists to fill before the files need not be read further
+    filling = {(name, form) for form in forms for name in GIVES[form]}
     for path in sorted((lama / "TREx").glob("*.jsonl")):
         with path.open(encoding="utf-8") as handle:
             for line in handle:
@@ -90,14 +107,13 @@ def date_facts(lama: Path, per_relation: int, skip: int = 0) -> dict[str, list[d
                 for ev in row["evidences"]:
                     text = ev["masked_sentence"].replace("[MASK]", ev["obj_surface"])
                     for form, name, fact in _found(row, text):
-                        if row["sub_label"] not in seen[name]:
+                        if form in forms and row["sub_label"] not in seen[name]:
                             seen[name].add(row["sub_label"])
                             by_form[name].setdefault(form, []).append(fact)
-        full = [len(rows) >= wanted for forms in by_form.values() for rows in forms.values()]
-        if len(full) == len(FORMS) + 2 and all(full):
+        if all(len(by_form[name].get(form, [])) >= wanted for name, form in filling):
             break
     out = {}
-    for name, forms in by_form.items():
-        turns = zip_longest(*(forms.get(form, []) for form in FORMS))
+    for name in sorted(names):
+        turns = zip_longest(*(by_form[name].get(form, []) for form in FORMS if form in forms))
         out[name] = [fact for turn in turns for fact in turn if fact is not None][skip:wanted]
     return out

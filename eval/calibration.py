@@ -10,32 +10,26 @@ those left-out scores. ``eval calibrate`` and ``benchmarks/bench_confidence.py``
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bertknn_search.errors import ConfigError
 from bertknn_search.eval.reliability import BINS, auc, ece, reliability
-from bertknn_search.eval.report import plot_reliability, render_calibration
 from bertknn_search.eval.sampling import chance
 from bertknn_search.query.answer_kinds import KindSignals, kind_of
 from bertknn_search.query.confidence import (
     ANSWER_FEATURES,
-    FIT_FILE,
-    HARDNESS_FEATURES,
     LEVELS,
     MIN_HIGH_VOTES,
     Fit,
     Signals,
     inputs,
     no_vote_p,
-    signals_from_json,
 )
+from bertknn_search.query.signals_json import signals_from_json
 from bertknn_search.query.word_frequency import zipf
 
 DEFAULT_FEATURES = ANSWER_FEATURES
@@ -105,6 +99,7 @@ def fit(
     features: Sequence[str] = DEFAULT_FEATURES,
     bands: tuple[float, float] = (1.0, 0.0),
     about: Mapping[str, Any] | None = None,
+    never_low: Sequence[str] = (),
 ) -> Fit:
     """A fit of ``p`` on ``rows`` (answers with neighbours), with the given (high, medium) thresholds.
 
@@ -137,6 +132,7 @@ def fit(
         bands[0],
         bands[1],
         dict(about or {}),
+        never_low=tuple(never_low),
     )
     lower, upper = tuple(x.min(axis=0).round(6).tolist()), tuple(x.max(axis=0).round(6).tolist())
     line = dataclasses.replace(line, lower=lower, upper=upper)
@@ -269,10 +265,12 @@ def band_table(
     votes: Sequence[int],
     model: Fit,
     agrees: Sequence[bool] | None = None,
+    kinds: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Per band (``model.level``): answers, right answers and P@1 (None: empty)."""
     agrees = agrees if agrees is not None else [True] * len(p)
-    levels = [model.level(float(x), int(v), a) for x, v, a in zip(p, votes, agrees)]
+    kinds = kinds if kinds is not None else ["word"] * len(p)
+    levels = [model.level(float(x), int(v), a, k) for x, v, a, k in zip(p, votes, agrees, kinds)]
     table: dict[str, Any] = {}
     for name in reversed(LEVELS):
         chosen = [h for lv, h in zip(levels, hits) if lv == name]
@@ -290,14 +288,15 @@ def summary(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[st
     """AUROC, ECE, P@1 per band and the single-vote "high" count of ``p`` over ``rows``."""
     hits = [r.hit for r in rows]
     votes = [r.signals.votes for r in rows]
-    levels = [model.level(float(x), r.signals.votes, r.signals.kind_agrees) for x, r in zip(p, rows)]
+    said = [r.signals for r in rows]
+    levels = [model.level(float(x), s.votes, s.kind_agrees, s.kind) for x, s in zip(p, said)]
     return {
         "answers": len(rows),
         "P@1": round(sum(hits) / len(hits), 4) if hits else None,
         "mean_p": round(float(np.mean(p)), 4) if len(rows) else None,
         "auroc": _round(auc(p, hits)),
         "ece": _round(ece(p, hits)),
-        "bands": band_table(p, hits, votes, model, [r.signals.kind_agrees for r in rows]),
+        "bands": band_table(p, hits, votes, model, [s.kind_agrees for s in said], [s.kind for s in said]),
         "high_on_one_vote": sum(lv == "high" and v < MIN_HIGH_VOTES for lv, v in zip(levels, votes)),
         "wrong_kind": sum(not r.signals.kind_agrees for r in rows),
         "wrong_kind_right": sum(r.hit and not r.signals.kind_agrees for r in rows),
@@ -325,8 +324,10 @@ def calibrate(
     rows: Sequence[Measured],
     features: Sequence[str] = DEFAULT_FEATURES,
     about: Mapping[str, Any] | None = None,
+    never_low: Sequence[str] = (),
 ) -> tuple[Fit, dict[str, Any]]:
-    """Fit ``p`` on all ``rows`` and check it on left-out relations.
+    """Fit ``p`` on all ``rows`` and check it on left-out relations (answers of a kind in ``never_low``
+    are never "low": ``Fit.never_low``, and the "low" cut is chosen on the others).
 
     Returns:
         the fit (bands chosen on the left-out ``p`` of relations, and of kinds where there are two or
@@ -356,9 +357,18 @@ def calibrate(
     high = max(choose_bands(q[chosen], hits[chosen], eligible[chosen])[0] for q in checks)
     # "Low" on kinds left out holds in each kind that has enough answers under it (``MIN_LOW_KIND``).
     groups = [kind(r.relation) for r in rows]
-    lows = [choose_bands(q, hits, eligible, groups=groups if q is p_kind else None)[1] for q in checks]
+    may_be_low = np.array([r.signals.kind not in never_low for r in rows])
+    lows = [
+        choose_bands(
+            q[may_be_low],
+            hits[may_be_low],
+            None,
+            groups=[g for g, m in zip(groups, may_be_low) if m] if q is p_kind else None,
+        )[1]
+        for q in checks
+    ]
     medium = min(*lows, high)
-    check_model = fit(rows, features, (high, medium))
+    check_model = fit(rows, features, (high, medium), never_low=never_low)
     report: dict[str, Any] = {
         "method": "a logistic regression mapped through an isotonic curve",
         "features": list(features),
@@ -368,6 +378,7 @@ def calibrate(
             "high_needs_votes": MIN_HIGH_VOTES,
             "low_checked_per_kind_from": MIN_LOW_KIND,
             "checked_on": "relations and kinds left out" if several_kinds else "relations left out",
+            "never_low": list(never_low),
         },
         "left_out": summary_by_chance(rows, p, check_model),
         "reliability": reliability(p, [r.hit for r in rows]),
@@ -395,7 +406,7 @@ def calibrate(
     headline = {k: head[k] for k in ("answers", "P@1", "auroc", "ece")}
     info = {**dict(about or {}), "relations": relations, "left_out": headline}
     info["bands_P@1"] = {name: head["bands"][name]["P@1"] for name in reversed(LEVELS)}
-    final = fit(rows, features, (high, medium), info)
+    final = fit(rows, features, (high, medium), info, never_low)
     return final, report
 
 
@@ -457,117 +468,3 @@ def bert_alone_rows(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
-
-
-# What a stored fit needs (issue 51.4): fewer answers or relations fit noise (3 relations x 15 facts gave
-# a left-out AUROC of 0.5 and bands that made every later answer "low").
-MIN_ANSWERS = 300
-MIN_RELATIONS = 5
-
-
-def judge_new_fit(
-    rows: Sequence[Measured], check: Mapping[str, Any], current: Fit, current_name: str
-) -> tuple[bool, str]:
-    """Whether a new fit may replace ``current``: enough answers and relations, and its left-out AUROC
-    and ECE not worse (to 3 decimals) than ``current``'s on the same answers. Returns (keep, why)."""
-    relations = len({r.relation for r in rows})
-    if len(rows) < MIN_ANSWERS or relations < MIN_RELATIONS:
-        return False, (
-            f"{len(rows):,} answers of {relations} relation(s); a stored fit needs {MIN_ANSWERS:,} answers"
-            f" of {MIN_RELATIONS} relations or more"
-        )
-    hits = [r.hit for r in rows]
-    p_now = current.probability([r.signals for r in rows])
-    now_auroc, now_ece = auc(p_now, hits), ece(p_now, hits)
-    head = check["left_out"]
-    new_auroc, new_ece = head["auroc"], head["ece"]
-    if new_auroc is None or new_ece is None or now_auroc is None or now_ece is None:
-        return False, "AUROC or ECE undefined (no right or no wrong answer)"
-    said = (
-        f"left-out AUROC {new_auroc:.3f}, ECE {new_ece:.3f}; the fit in use ({current_name}) on the same"
-        f" answers: AUROC {now_auroc:.3f}, ECE {now_ece:.3f}"
-    )
-    better = round(new_auroc, 3) >= round(now_auroc, 3) and round(new_ece, 3) <= round(now_ece, 3)
-    return better, said
-
-
-def calibration_line(check: Mapping[str, Any], where: Path | None, out: Path, in_use: str) -> str:
-    """``eval calibrate``'s last line: the left-out check, the bands and whether the fit was stored."""
-    head, bands, decision = check["left_out"], check["bands"], check["stored"]
-    kept = f"fit stored in {where}" if decision["stored"] else f"fit in {out} only (--no-store)"
-    if where is not None and not decision["stored"]:
-        kept = f"fit NOT stored ({decision['why']}); the index keeps {in_use}; --force stores it anyway"
-    return (
-        f"left-out relations: AUROC {head['auroc']}, ECE {head['ece']}; bands high p >= {bands['high']},"
-        f" medium p >= {bands['medium']}; {kept}"
-    )
-
-
-def refit_features(current: Fit | None) -> tuple[str, ...]:
-    """The inputs of a new fit: every input of the answer's (``ANSWER_FEATURES``, those added since the
-    fit in use was made included), and the hardness inputs the regression in use reads (a shipped fit
-    chose them for its model and method: BERT-base's BERT-kNN fit reads the kNN's half, MiniLM's none,
-    where more checked no better); ``DEFAULT_FEATURES`` where no regression is in use."""
-    if current is not None and current.p_from == "fit" and current.features:
-        return (*ANSWER_FEATURES, *(f for f in current.features if f not in ANSWER_FEATURES))
-    return DEFAULT_FEATURES
-
-
-def write_calibration(
-    checkpoint: Path,
-    out: Path,
-    model: str,
-    store_at: Path | None,
-    current: tuple[Fit, str] | None = None,
-    force: bool = False,
-) -> tuple[Fit, dict[str, Any]]:
-    """``eval calibrate`` after its evaluation: fit ``p`` on the checkpoint's answers, check it on left-out
-    relations, write the report into ``out`` and store the fit at ``store_at`` (None: only in ``out``)
-    when ``judge_new_fit`` keeps it over ``current`` (the fit in use and its name), or with ``force``.
-    The check's ``stored`` says whether it was stored and why.
-
-    Raises:
-        ConfigError: answers of fewer than two relations, or none right or none wrong.
-    """
-    text = Path(checkpoint).read_text(encoding="utf-8")
-    rows = from_lines(json.loads(line) for line in text.splitlines() if line.strip())
-    relations = sorted({r.relation for r in rows})
-    if len(relations) < 2 or len({r.hit for r in rows}) < 2:
-        raise ConfigError(
-            "a fit checked on left-out relations needs answers of two relations or more, right and wrong;"
-            f" {len(rows):,} answers of {len(relations)} relation(s) here: name more facts"
-        )
-    features = refit_features(current[0] if current else None)
-    # BERT's ratio reads BERT's top-1 probability, recorded with the hardness signals
-    with_head = "log_bert_ratio" in features and any(r.signals.bert_p is not None for r in rows)
-    if set(features) & set(HARDNESS_FEATURES) or with_head:
-        # an answer with neighbours always has a kNN entropy since the hardness signals were recorded:
-        # lines written before them (a checkpoint resumed across the change) would enter the fit as 0
-        recorded = {r.signals.hard.knn_entropy is not None for r in rows if r.signals.neighbors}
-        if len(recorded) > 1:
-            raise ConfigError(
-                f"{checkpoint} mixes answers recorded with and without the question's hardness signals"
-                " (a run resumed across versions): evaluate again into a new --out to calibrate"
-            )
-    about = {"model": model, "stored": f"fitted by eval calibrate on {len(rows):,} answers ({out})"}
-    try:
-        fit, check = calibrate(rows, features, about=about)
-    except ValueError as exc:
-        raise ConfigError(f"cannot fit confidence: {exc}") from None
-    keep, why = judge_new_fit(rows, check, *current) if current is not None else (True, "no fit in use")
-    stored = store_at is not None and (keep or force)
-    check["stored"] = {"stored": stored, "at": str(store_at) if stored else None, "why": why, "forced": force}
-    if stored and store_at is not None:
-        store_at.parent.mkdir(parents=True, exist_ok=True)
-        fit.save(store_at)
-    fit.save(out / FIT_FILE)
-    head = check["left_out"]
-    plot_reliability(
-        check["reliability"], head["ece"], out / "reliability-left-out.png", "p, relations left out"
-    )
-    report = {"fit": fit.as_json(), "check": check}
-    (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "calibration.md").write_text(
-        render_calibration(check, store_at if stored else None), encoding="utf-8"
-    )
-    return fit, check

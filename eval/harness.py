@@ -25,9 +25,10 @@ from bertknn_search.eval.datasets import MASK, Fact
 from bertknn_search.eval.metrics import KS, MODELS, NO_ARTICLE, FactResult, MacroResult, macro_average
 from bertknn_search.eval.reliability import reliability
 from bertknn_search.eval.report import write_report
-from bertknn_search.query.confidence import judge, signals_json, signals_of
+from bertknn_search.query.confidence import judge, signals_of
 from bertknn_search.query.gates import SIGNALS, confidence, retrieves, threshold_for
 from bertknn_search.query.search import Searcher
+from bertknn_search.query.signals_json import signals_json
 from bertknn_search.records import Question
 from bertknn_search.values import Candidates, is_word
 

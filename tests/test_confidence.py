@@ -36,10 +36,9 @@ from bertknn_search.query.confidence import (
     fit_for,
     shipped,
     signals,
-    signals_from_json,
-    signals_json,
 )
 from bertknn_search.query.search import Searcher
+from bertknn_search.query.signals_json import signals_from_json, signals_json
 from bertknn_search.records import Answer, ArticleHit, Confidence, Coverage, Neighbors, Prediction, Question
 from bertknn_search.server.client import answer_from_json
 

@@ -15,8 +15,9 @@ from bertknn_search.eval.calibration import ANSWER_FEATURES, from_lines
 from bertknn_search.eval.datasets import Fact
 from bertknn_search.eval.harness import evaluate
 from bertknn_search.query.answer_kinds import KindSignals
-from bertknn_search.query.confidence import FEATURES, Signals, shipped, signals_from_json, signals_json
+from bertknn_search.query.confidence import FEATURES, WORD_FEATURES, Signals, shipped
 from bertknn_search.query.search import Question, Searcher
+from bertknn_search.query.signals_json import signals_from_json, signals_json
 from bertknn_search.query.word_frequency import COMMON, above_common, zipf
 
 common = FEATURES["common_word"]
@@ -53,7 +54,7 @@ def test_the_input_is_how_far_above_common_and_nan_where_unknown() -> None:
     assert common(_signals(zipf("glasgow"))) == 0.0
     assert common(_signals(zipf("the"))) == pytest.approx(zipf("the") - COMMON)  # type: ignore[operator]
     assert math.isnan(common(_signals(None)))
-    assert "common_word" in ANSWER_FEATURES  # eval calibrate refits on it
+    assert "common_word" in WORD_FEATURES and "common_word" not in ANSWER_FEATURES  # a group of its own
 
 
 def test_minilms_fit_puts_a_common_word_under_a_name_and_an_unknown_word_at_the_mean() -> None:
@@ -110,14 +111,25 @@ def test_the_query_path_and_an_evaluation_read_the_same_word(
             f.person,
         )
         for f in facts[:6]
-    ] + [Fact("Synthetic", "is", "The [MASK] is a city .", ("the",), None, "a-common-word")]
+    ] + [
+        # answered with common words ('born', 'in'): their frequency moves p
+        Fact(
+            "Synthetic",
+            "verb",
+            f"{f.person.title()} was [MASK] in {f.city.title()} .",
+            ("born",),
+            f.person.title(),
+            f.person,
+        )
+        for f in facts[:6]
+    ]
     result = evaluate(searcher, scorable, built_index, tmp_path)
     lines = {
         line["key"]: line
         for line in map(json.loads, result.checkpoint.read_text(encoding="utf-8").splitlines())
     }
     answers = searcher.answer_batch([Question(f.question, f.subject) for f in scorable])
-    read = 0
+    read, common_seen = 0, 0
     for fact, answer in zip(scorable, answers):
         line = lines[fact.key]
         if not line.get("confidence_signals"):
@@ -128,4 +140,5 @@ def test_the_query_path_and_an_evaluation_read_the_same_word(
         row = from_lines([line])[0]
         assert fit.probability([row.signals])[0] == pytest.approx(answer.confidence.p, abs=1e-4)
         read += 1
-    assert read >= 6
+        common_seen += (zipf(top) or 0.0) > COMMON
+    assert read >= 12 and common_seen >= 2

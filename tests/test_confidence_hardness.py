@@ -11,17 +11,12 @@ import numpy as np
 import pytest
 
 from bertknn_search.errors import ConfigError
-from bertknn_search.eval.calibration import (
-    ANSWER_FEATURES,
-    HARDNESS_FEATURES,
-    Measured,
-    fit,
-    refit_features,
-    write_calibration,
-)
+from bertknn_search.eval.calibrate_index import refit_features, write_calibration
+from bertknn_search.eval.calibration import ANSWER_FEATURES, Measured, fit
 from bertknn_search.query.answer_kinds import KindSignals
-from bertknn_search.query.confidence import FEATURES, Fit, Signals, shipped, signals_from_json, signals_json
+from bertknn_search.query.confidence import FEATURES, HARDNESS_FEATURES, WORD_FEATURES, Fit, Signals, shipped
 from bertknn_search.query.hardness import Hardness, entropy, hardness
+from bertknn_search.query.signals_json import signals_from_json, signals_json
 
 
 def test_entropy_of_known_distributions() -> None:
@@ -121,7 +116,8 @@ def test_eval_calibrate_refits_on_the_inputs_of_the_fit_in_use() -> None:
         refit_features(bert_knn)
     )
     assert "log_bert_ratio" in refit_features(bert_knn)
-    assert refit_features(shipped("confidence_fit.json")) == ANSWER_FEATURES
+    # MiniLM's reads how common a word the answer is, none of them
+    assert refit_features(shipped("confidence_fit.json")) == (*ANSWER_FEATURES, *WORD_FEATURES)
     assert refit_features(shipped("confidence_fit_bert.json")) == ANSWER_FEATURES  # p is BERT's top-1
     assert refit_features(None) == ANSWER_FEATURES
 
@@ -181,6 +177,8 @@ def test_the_answer_ratio_alone_refuses_a_mixed_checkpoint_of_a_model_with_a_hea
 
 
 def test_every_input_is_in_one_group() -> None:
-    """A new input must be named as the answer's or the question's: refits choose inputs by group."""
-    assert set(ANSWER_FEATURES) | set(HARDNESS_FEATURES) == set(FEATURES)
-    assert not set(ANSWER_FEATURES) & set(HARDNESS_FEATURES)
+    """A new input must be named as the answer's, its word's or the question's: refits choose inputs by
+    group."""
+    groups = [set(ANSWER_FEATURES), set(WORD_FEATURES), set(HARDNESS_FEATURES)]
+    assert set().union(*groups) == set(FEATURES)
+    assert sum(len(g) for g in groups) == len(FEATURES)

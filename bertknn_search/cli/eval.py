@@ -189,7 +189,7 @@ def eval_calibrate(
 
     Example: bertknn-search eval calibrate --lama data/lama --corpora T-REx --index my-index
     """
-    from bertknn_search.eval.calibration import calibration_line, write_calibration
+    from bertknn_search.eval.calibrate_index import calibration_line, write_calibration
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
     from bertknn_search.query.confidence import FIT_FILE, reset_fit

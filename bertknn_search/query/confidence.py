@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from bertknn_search.errors import ConfigError
-from bertknn_search.query.answer_kinds import KindSignals
+from bertknn_search.query.answer_kinds import KINDS, KindSignals
 from bertknn_search.query.fit_files import check_fit_json, parse_fit_json, read_fit_json, what_to_do
 from bertknn_search.query.hardness import Hardness
 from bertknn_search.query.word_frequency import above_common
@@ -169,8 +169,9 @@ FEATURES: dict[str, Any] = {
     "log_nearest": lambda s: math.log1p(s.nearest) if math.isfinite(s.nearest) else 0.0,
     "log_mean_distance": lambda s: _known(s.hard.mean_distance, math.log1p),
 }
-# The inputs a fit may weigh, in two groups: the signals of the answer and of its kind, and how hard the
-# question is (``hardness``); ``eval calibrate`` refits on the group(s) of the fit in use.
+# The inputs a fit may weigh, in three groups: the signals of the answer and of its kind, how common a
+# word it is, and how hard the question is (``hardness``); ``eval calibrate`` refits on the group(s) of
+# the fit in use.
 ANSWER_FEATURES = (
     "log_share",
     "log_votes",
@@ -187,8 +188,10 @@ ANSWER_FEATURES = (
     "bert_kind_share",
     "bert_p",
     "log_bert_ratio",
-    "common_word",
 )
+# How common a word the answer is: a fit for a model without an MLM head reads it (there it tells a name
+# from a common word, as BERT's ratio does with a head); BERT-base's BERT-kNN fit checked no better with it.
+WORD_FEATURES = ("common_word",)
 HARDNESS_FEATURES = (
     "bert_top1",
     "bert_entropy",
@@ -323,6 +326,10 @@ class Fit:
         p_from: "fit" (the regression and curve; ``no_vote_p`` for an answer no neighbour votes for), or
             "top1": ``p`` is the answer's top-1 probability itself, no regression (BERT's answers alone,
             where no fit of it checked better than it).
+        never_low: answer kinds (``answer_kinds.KINDS``) that are never "low", whatever ``p``: a fit
+            that cannot tell a question that wants a date from one that does not (kNN alone) puts a
+            right year under "low" (issue 49: MiniLM's years to date questions were right 15 times in
+            41 though their neighbours mostly held words).
     """
 
     features: tuple[str, ...]
@@ -337,6 +344,7 @@ class Fit:
     lower: tuple[float, ...] = ()
     upper: tuple[float, ...] = ()
     p_from: str = "fit"
+    never_low: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [f for f in self.features if f not in FEATURES]
@@ -358,6 +366,9 @@ class Fit:
             else "",
             "lower bounds above upper ones" if any(a > b for a, b in zip(self.lower, self.upper)) else "",
             f"p_from {self.p_from!r}, not one of {P_FROM}" if self.p_from not in P_FROM else "",
+            f"never_low {list(self.never_low)}: not all of {KINDS}"
+            if not set(self.never_low) <= set(KINDS)
+            else "",
         ]
         if any(problems):
             raise ValueError("; ".join(x for x in problems if x))
@@ -386,12 +397,13 @@ class Fit:
                 p[i] = alone
         return p
 
-    def level(self, p: float, votes: int, kind_agrees: bool = True) -> str:
+    def level(self, p: float, votes: int, kind_agrees: bool = True, kind: str = "word") -> str:
         """The band of ``p``; never "high" on fewer than ``MIN_HIGH_VOTES`` votes, nor for an answer of
-        another kind than most of its neighbours hold (a year to a place question)."""
+        another kind than most of its neighbours hold (a year to a place question); never "low" for an
+        answer of a kind in ``never_low``."""
         if p >= self.high and votes >= MIN_HIGH_VOTES and kind_agrees:
             return "high"
-        return "medium" if p >= self.medium else "low"
+        return "medium" if p >= self.medium or kind in self.never_low else "low"
 
     def as_json(self) -> dict[str, Any]:
         return {"format": FIT_FORMAT, **asdict(self)}
@@ -424,6 +436,7 @@ class Fit:
                 tuple(float(v) for v in data.get("lower") or ()),
                 tuple(float(v) for v in data.get("upper") or ()),
                 str(data.get("p_from", "fit")),
+                tuple(str(v) for v in data.get("never_low") or ()),
             )
         except KeyError as exc:
             raise ConfigError(f"confidence fit {where} is refused: no {exc}; {what_to_do(where)}") from None
@@ -568,39 +581,10 @@ def judge(
     p = min(max(float(p), 0.0), 1.0) if math.isfinite(p) else 0.0
     kinds = {"kind": found.kind, "neighbours_kind": found.majority} if found.neighbors else {}
     return Confidence(
-        fit.level(p, found.votes, found.kind_agrees),
+        fit.level(p, found.votes, found.kind_agrees, found.kind),
         round(p, 4),
         found.votes,
         found.neighbors,
         fit=fit_name,
         **kinds,
-    )
-
-
-# The kind signals' names in the JSON (checkpoints, ``eval calibrate``), flat beside the others.
-_KIND_JSON = {"kind": "kind", "majority": "majority", "share": "kind_share"}
-_KIND_JSON |= {"bert_share": "bert_kind_share", "bert_p": "bert_p", "zipf": "word_zipf"}
-
-
-def signals_json(found: Signals) -> dict[str, Any]:
-    """``found`` as JSON, flat: floats rounded (a batch of another shape moves the last bits), no infinity."""
-    flat = {f.name: getattr(found, f.name) for f in fields(found) if f.name not in ("kinds", "hard")}
-    flat |= {_KIND_JSON[name]: value for name, value in asdict(found.kinds).items()}
-    flat |= asdict(found.hard)
-    out: dict[str, Any] = {}
-    for name, value in flat.items():
-        if isinstance(value, float):
-            value = None if math.isinf(value) else round(value, 6)
-        out[name] = value
-    return out
-
-
-def signals_from_json(data: Mapping[str, Any]) -> Signals:
-    """``signals_json``'s inverse (a line written before a signal was recorded leaves it at its default)."""
-    rest = dict(data)
-    kinds = KindSignals(**{name: rest.pop(key) for name, key in _KIND_JSON.items() if key in rest})
-    hard = Hardness(**{f.name: rest.pop(f.name) for f in fields(Hardness) if f.name in rest})
-    nearest = rest.get("nearest")
-    return Signals(
-        **{**rest, "nearest": math.inf if nearest is None else nearest, "kinds": kinds, "hard": hard}
     )
