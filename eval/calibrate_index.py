@@ -20,10 +20,10 @@ from bertknn_search.eval.report import plot_reliability, render_calibration
 from bertknn_search.query.confidence import FIT_FILE, HARDNESS_FEATURES, WORD_FEATURES, Fit
 
 # Kinds of answer kNN alone cannot tell a question wants: with all-MiniLM-L6-v2 (no MLM head), years and
-# months to date questions were right 15 times in 41 though their neighbours mostly held words, and
-# nothing in the answer's signals (nor the kinds of its neighbours across the whole index) told them
-# from years to other questions, all wrong (issue 49; docs/evaluation.md#confidence). Such an answer's
-# low ``p`` is no promise, so it is never "low" for a model without an MLM head.
+# months to date questions were right 19 times in 44, most though their neighbours mostly held words, and
+# nothing in the answer's signals (nor the kinds of its neighbours across the whole index) told them from
+# years and months to other questions, right 0 times in 98 (issue 49; docs/evaluation.md#confidence).
+# Such an answer's low ``p`` is no promise, so it is never "low" for a model without an MLM head.
 NO_HEAD_NEVER_LOW = ("year", "month")
 
 # What a stored fit needs (issue 51.4): fewer answers or relations fit noise (3 relations x 15 facts gave

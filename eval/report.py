@@ -348,6 +348,9 @@ def render_calibration(check: Mapping[str, Any], stored: Path | None) -> str:
         f" p >= {bands['medium']:.2f}, low below (reliability-left-out.png).",
         "",
     ]
+    if bands.get("never_low"):
+        # a model without an MLM head cannot tell a question that wants a date: docs/evaluation.md
+        lines += [f"Never low: answers that are a {' or a '.join(bands['never_low'])}.", ""]
     if bands.get("checked_on"):
         # how the cuts were chosen: what each band promises, and on which left-out answers it was checked
         per_kind = bands.get("low_checked_per_kind_from")

@@ -128,3 +128,5 @@ def test_eval_calibrate_stores_the_kinds_with_a_fit_for_a_model_without_a_head(t
     made, check = write_calibration(checkpoint, tmp_path / "out", "no-head", None, None)
     assert made.never_low == NO_HEAD_NEVER_LOW and "common_word" in made.features
     assert check["bands"]["never_low"] == list(NO_HEAD_NEVER_LOW)
+    report = (tmp_path / "out" / "calibration.md").read_text()
+    assert "Never low: answers that are a year or a month." in report

@@ -328,8 +328,8 @@ class Fit:
             where no fit of it checked better than it).
         never_low: answer kinds (``answer_kinds.KINDS``) that are never "low", whatever ``p``: a fit
             that cannot tell a question that wants a date from one that does not (kNN alone) puts a
-            right year under "low" (issue 49: MiniLM's years to date questions were right 15 times in
-            41 though their neighbours mostly held words).
+            right year under "low" (issue 49: MiniLM's years and months to date questions were right
+            19 times in 44, most though their neighbours mostly held words).
     """
 
     features: tuple[str, ...]
