@@ -44,7 +44,6 @@ from common import environment, load_average, write_results
 from date_facts import DATE_TEMPLATES, FORMS, date_facts
 
 from bertknn_search.config import Config
-from bertknn_search.eval.calibrate_index import never_low_kinds
 from bertknn_search.eval.calibration import (
     ANSWER_FEATURES,
     BERT_ALONE_FEATURES,
@@ -61,6 +60,7 @@ from bertknn_search.eval.calibration import (
 from bertknn_search.eval.datasets import Fact, read_facts
 from bertknn_search.eval.evidence import evidence_files, write_evidence_corpus
 from bertknn_search.eval.harness import evaluate
+from bertknn_search.eval.index_calibration import never_low_kinds
 from bertknn_search.eval.reliability import auc, ece, reliability
 from bertknn_search.eval.report import plot_reliability
 from bertknn_search.eval.sampling import ece_floor
@@ -265,9 +265,17 @@ FEATURE_SETS: dict[str, tuple[str, ...]] = {
 }
 
 
+def date_forms(text: str) -> tuple[str, ...]:
+    """``--date-forms``: a comma list of ``date_facts.FORMS``."""
+    forms = tuple(f.strip() for f in text.split(",") if f.strip())
+    if not forms or not set(forms) <= set(FORMS):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a comma list of {', '.join(FORMS)}")
+    return forms
+
+
 def never_low_of(rows: Sequence[Measured]) -> tuple[str, ...]:
     """The kinds a fit of these answers never calls "low": ``eval calibrate``'s rule for a new fit."""
-    return never_low_kinds(None, any(r.signals.bert_p is not None for r in rows))
+    return never_low_kinds(any(r.signals.bert_p is not None for r in rows))
 
 
 def features_named(text: str) -> tuple[str, ...]:
@@ -356,6 +364,8 @@ def from_checkpoint(args: argparse.Namespace) -> None:
     about["features_chosen"] = args.features
     fit, report = calibrate(rows, features, about, never_low_of(rows))
     fits = left_out_fits(rows, features)
+    p_rel, p_kind = scored_left_out(rows, fits), kinds_left_out(rows, features)[0]
+    undated = [i for i, r in enumerate(rows) if kind(r.relation) != "dates"]
     results = {
         "environment": environment("cpu"),
         "load_average_before": load,
@@ -369,7 +379,12 @@ def from_checkpoint(args: argparse.Namespace) -> None:
         "no_vote": no_vote_answers(rows),
         "bert_alone": bert_alone(args, lines, name),
         "feature_sets": compare_features(rows) if args.compare_features else None,
-        "kind_offsets": kind_offsets(rows, kinds_left_out(rows, features)[0]),
+        "kind_offsets": kind_offsets(rows, p_kind),
+        # what the numbers are without the date relations, which no kNN-alone fit ranks with dates left out
+        "without_dates": {
+            "relations_left_out": summary([rows[i] for i in undated], np.asarray(p_rel)[undated], fit),
+            "kinds_left_out": summary([rows[i] for i in undated], p_kind[undated], fit),
+        },
         "load_average_after": load_average(),
     }
     p_rows = scored_left_out(exact, fits) if args.out else []
@@ -417,7 +432,7 @@ def main() -> None:
     parser.add_argument("--data", help="what the answers are, for the fit's about.data")
     parser.add_argument(
         "--date-forms",
-        type=lambda text: tuple(f.strip() for f in text.split(",") if f.strip()),
+        type=date_forms,
         default=FORMS,
         help=f"the forms of date sentences to build facts from (comma list of {', '.join(FORMS)};"
         " BERT-base's shipped fits: 'born on')",

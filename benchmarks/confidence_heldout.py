@@ -78,7 +78,7 @@ def main() -> None:
     for name, fit in fits.items():
         results["fits"][name] = {
             "features": list(fit.features),
-            "bands": {"high": fit.high, "medium": fit.medium},
+            "bands": {"high": fit.high, "medium": fit.medium, "never_low": list(fit.never_low)},
             **scored(exact, partial, fit),
         }
         head = results["fits"][name]["all_answers"]

@@ -270,7 +270,7 @@ def band_table(
     """Per band (``model.level``): answers, right answers and P@1 (None: empty)."""
     agrees = agrees if agrees is not None else [True] * len(p)
     kinds = kinds if kinds is not None else ["word"] * len(p)
-    levels = [model.level(float(x), int(v), a, k) for x, v, a, k in zip(p, votes, agrees, kinds)]
+    levels = [model.level(float(x), int(v), a, kind=k) for x, v, a, k in zip(p, votes, agrees, kinds)]
     table: dict[str, Any] = {}
     for name in reversed(LEVELS):
         chosen = [h for lv, h in zip(levels, hits) if lv == name]
@@ -289,7 +289,7 @@ def summary(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[st
     hits = [r.hit for r in rows]
     votes = [r.signals.votes for r in rows]
     said = [r.signals for r in rows]
-    levels = [model.level(float(x), s.votes, s.kind_agrees, s.kind) for x, s in zip(p, said)]
+    levels = [model.level(float(x), s.votes, s.kind_agrees, kind=s.kind) for x, s in zip(p, said)]
     return {
         "answers": len(rows),
         "P@1": round(sum(hits) / len(hits), 4) if hits else None,
@@ -357,6 +357,7 @@ def calibrate(
     high = max(choose_bands(q[chosen], hits[chosen], eligible[chosen])[0] for q in checks)
     # "Low" on kinds left out holds in each kind that has enough answers under it (``MIN_LOW_KIND``).
     groups = [kind(r.relation) for r in rows]
+    # the low cut only: which answers may be "high" (``eligible``) does not enter it
     may_be_low = np.array([r.signals.kind not in never_low for r in rows])
     lows = [
         choose_bands(

@@ -121,7 +121,7 @@ def test_an_answer_without_neighbours_is_bert_alone_or_no_answer() -> None:
 def test_the_band_never_falls_as_p_rises() -> None:
     model = shipped()
     assert 0.0 < model.medium < model.high < 1.0
-    ranks = [LEVELS.index(model.level(float(p), 5)) for p in np.linspace(0.0, 1.0, 201)]
+    ranks = [LEVELS.index(model.level(float(p), 5, True, kind="word")) for p in np.linspace(0.0, 1.0, 201)]
     assert ranks == sorted(ranks) and set(ranks) == {0, 1, 2}
 
 
@@ -184,7 +184,7 @@ def test_a_top1_fit_gives_the_answers_own_probability_and_round_trips() -> None:
     alone = Fit((), (), (), (), 0.0, 0.5, 0.05, {"model": "m"}, p_from="top1")
     rows = [Signals(t, 0.0, 3, 9, 0.3, True, 0.2, 1.0, 9, 1.0) for t in (0.02, 0.3, 0.9)]
     assert alone.probability(rows).tolist() == [0.02, 0.3, 0.9]
-    assert [alone.level(p, 3) for p in (0.02, 0.3, 0.9)] == ["low", "medium", "high"]
+    assert [alone.level(p, 3, True, kind="word") for p in (0.02, 0.3, 0.9)] == ["low", "medium", "high"]
     assert Fit.from_json(alone.as_json(), "test") == alone
     assert Fit.from_json({k: v for k, v in shipped().as_json().items() if k != "p_from"}, "t").p_from == "fit"
     with pytest.raises(ConfigError, match="p_from 'bert'"):

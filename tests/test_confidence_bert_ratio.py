@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from bertknn_search.demo import Fact
-from bertknn_search.eval.calibrate_index import refit_features
 from bertknn_search.eval.calibration import ANSWER_FEATURES, Measured, fit
+from bertknn_search.eval.index_calibration import refit_features
 from bertknn_search.query.answer_kinds import KindSignals
 from bertknn_search.query.confidence import FEATURES, PROB_FLOOR, Fit, Signals, shipped, signals
 from bertknn_search.query.hardness import Hardness

@@ -12,19 +12,20 @@ import numpy as np
 import pytest
 
 from bertknn_search.errors import ConfigError
-from bertknn_search.eval.calibrate_index import (
+from bertknn_search.eval.calibration import Measured, calibrate, left_out
+from bertknn_search.eval.index_calibration import (
     NO_HEAD_NEVER_LOW,
     never_low_kinds,
     refit_features,
     write_calibration,
 )
-from bertknn_search.eval.calibration import Measured, calibrate, left_out
 from bertknn_search.query.answer_kinds import KindSignals
 from bertknn_search.query.confidence import (
     ANSWER_FEATURES,
     WORD_FEATURES,
     Fit,
     Signals,
+    describe_fit,
     judge,
     shipped,
 )
@@ -38,9 +39,9 @@ def _year(votes: int = 1, n: int = 20, majority: str = "word") -> Signals:
 
 def test_a_kind_never_low_is_medium_however_low_p_is() -> None:
     fit = dataclasses.replace(shipped("confidence_fit_bert_knn.json"), never_low=("year",))
-    assert fit.level(0.001, 1, False, "year") == "medium"
-    assert fit.level(0.001, 1, True, "word") == "low"
-    assert fit.level(0.99, 5, False, "year") == "medium"  # and still never "high" against its neighbours
+    assert fit.level(0.001, 1, False, kind="year") == "medium"
+    assert fit.level(0.001, 1, True, kind="word") == "low"
+    assert fit.level(0.99, 5, False, kind="year") == "medium"  # and still never "high" against its neighbours
     as_json = json.loads(json.dumps(fit.as_json()))
     assert Fit.from_json(as_json, "test").never_low == ("year",)
     with pytest.raises(ConfigError, match="never_low"):
@@ -52,6 +53,9 @@ def test_minilms_shipped_fit_never_calls_a_year_or_a_month_low_and_bert_knns_doe
     minilm, bert_knn = shipped("confidence_fit.json"), shipped("confidence_fit_bert_knn.json")
     assert set(minilm.never_low) == set(NO_HEAD_NEVER_LOW) == {"year", "month"}
     assert bert_knn.never_low == ()
+    # `stats` says so
+    assert describe_fit(None, "all-minilm-l6-v2", "knn").endswith("never low: year, month)")
+    assert "never low" not in describe_fit(None, "bert-base-uncased", "interpolated")
     strict = dataclasses.replace(minilm, medium=0.9, high=1.0)  # every p here is under "medium"
     said = judge(_year(), False, strict)
     assert said is not None and said.p < strict.medium and said.level == "medium"
@@ -88,15 +92,19 @@ def test_the_low_cut_is_chosen_on_the_answers_that_may_be_low() -> None:
 
 def test_a_refit_keeps_the_fits_choices_and_a_model_without_a_head_gets_the_words_and_the_kinds() -> None:
     minilm, bert_knn = shipped("confidence_fit.json"), shipped("confidence_fit_bert_knn.json")
-    assert "common_word" in refit_features(minilm) and "common_word" not in refit_features(bert_knn)
+    assert "common_word" in refit_features(minilm, with_head=False)
+    assert "common_word" not in refit_features(bert_knn) and "knn_entropy" in refit_features(bert_knn)
+    # a model with a head answering by kNN alone falls back to MiniLM's fit: it reads no word frequency
+    assert refit_features(minilm, with_head=True) == ANSWER_FEATURES
     assert refit_features(None, with_head=False) == (*ANSWER_FEATURES, *WORD_FEATURES)
     assert refit_features(None) == ANSWER_FEATURES
-    # a fit stored before either (no word input, no never_low) gains both for a model without a head
-    old = dataclasses.replace(minilm, never_low=())
+    # a fit stored before the word input gains it for a model without a head
+    n = len(ANSWER_FEATURES)
+    assert minilm.features[:n] == ANSWER_FEATURES
+    cut = {f: getattr(minilm, f)[:n] for f in ("features", "mean", "scale", "coef", "lower", "upper")}
+    old = dataclasses.replace(minilm, **cut, never_low=())
     assert "common_word" in refit_features(old, with_head=False)
-    assert never_low_kinds(old, with_head=False) == NO_HEAD_NEVER_LOW
-    assert never_low_kinds(bert_knn, with_head=True) == ()
-    assert never_low_kinds(minilm, with_head=True) == minilm.never_low  # the fit in use's choice stays
+    assert never_low_kinds(False) == NO_HEAD_NEVER_LOW and never_low_kinds(True) == ()
 
 
 def test_eval_calibrate_stores_the_kinds_with_a_fit_for_a_model_without_a_head(tmp_path: Path) -> None:

@@ -189,9 +189,9 @@ def eval_calibrate(
 
     Example: bertknn-search eval calibrate --lama data/lama --corpora T-REx --index my-index
     """
-    from bertknn_search.eval.calibrate_index import calibration_line, write_calibration
     from bertknn_search.eval.datasets import read_common_vocab
     from bertknn_search.eval.harness import evaluate
+    from bertknn_search.eval.index_calibration import calibration_line, write_calibration
     from bertknn_search.query.confidence import FIT_FILE, reset_fit
     from bertknn_search.query.search import Searcher
 

@@ -6,7 +6,8 @@ nearest neighbours' agreement, the top-1 probability and margin, how much of its
 kind against its neighbours', with an MLM head how far under BERT's own first choice the answer is,
 without one how common a word it is: ``word_frequency``) and, for BERT-base's BERT-kNN fit, how hard
 the question is (the kNN's entropy, the neighbours' distances and spread: ``hardness``), mapped through
-an isotonic curve to the share of such answers that were right. The
+an isotonic curve to the share of such answers that were right; a kind of answer the fit cannot judge
+(a year or a month without an MLM head: ``Fit.never_low``) is never "low". The
 shipped fits (``SHIPPED``: all-MiniLM-L6-v2's kNN answers, BERT-base's BERT-kNN and BERT-alone answers)
 were fitted by ``benchmarks/bench_confidence.py`` on the LAMA T-REx relations in ``../shared/data`` and
 date relations built from their evidences, checked on whole relations and whole kinds of relation left
@@ -397,7 +398,7 @@ class Fit:
                 p[i] = alone
         return p
 
-    def level(self, p: float, votes: int, kind_agrees: bool = True, kind: str = "word") -> str:
+    def level(self, p: float, votes: int, kind_agrees: bool, *, kind: str) -> str:
         """The band of ``p``; never "high" on fewer than ``MIN_HIGH_VOTES`` votes, nor for an answer of
         another kind than most of its neighbours hold (a year to a place question); never "low" for an
         answer of a kind in ``never_low``."""
@@ -537,7 +538,8 @@ def describe_fit(index: Path | str | None, model: str | None, method: str) -> st
     head = about.get("left_out") or {}
     check = ", ".join(f"{k} {head[k]}" for k in ("auroc", "ece") if k in head)
     what = about.get("model") or "unknown model"
-    return f"{name} ({what}{'; left-out ' + check if check else ''})"
+    never = f"; never low: {', '.join(fit.never_low)}" if fit.never_low else ""
+    return f"{name} ({what}{'; left-out ' + check if check else ''}{never})"
 
 
 def assess(
@@ -581,7 +583,7 @@ def judge(
     p = min(max(float(p), 0.0), 1.0) if math.isfinite(p) else 0.0
     kinds = {"kind": found.kind, "neighbours_kind": found.majority} if found.neighbors else {}
     return Confidence(
-        fit.level(p, found.votes, found.kind_agrees, found.kind),
+        fit.level(p, found.votes, found.kind_agrees, kind=found.kind),
         round(p, 4),
         found.votes,
         found.neighbors,

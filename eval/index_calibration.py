@@ -73,22 +73,21 @@ def calibration_line(check: Mapping[str, Any], where: Path | None, out: Path, in
 def refit_features(current: Fit | None, with_head: bool = True) -> tuple[str, ...]:
     """The inputs of a new fit: every input of the answer's (``ANSWER_FEATURES``, those added since the
     fit in use was made included), how common a word the answer is where the model has no MLM head
-    (``WORD_FEATURES``; a fit stored before it gains it), and the other inputs the regression in use reads
-    (a shipped fit chose them for its model and method: BERT-base's BERT-kNN fit reads the kNN's half of
-    the hardness inputs, MiniLM's the word's frequency); ``DEFAULT_FEATURES`` and the word's where no
-    regression is in use."""
+    (``WORD_FEATURES``; a fit stored before it gains it; a model with a head never reads it, even where a
+    shipped fit of a model without one is in use), and the hardness inputs the regression in use reads (a
+    shipped fit chose them for its model and method: BERT-base's BERT-kNN fit reads the kNN's half);
+    ``DEFAULT_FEATURES`` (and the word's) where no regression is in use."""
     base = DEFAULT_FEATURES if with_head else (*DEFAULT_FEATURES, *WORD_FEATURES)
     if current is not None and current.p_from == "fit" and current.features:
-        return (*base, *(f for f in current.features if f not in base))
+        return (*base, *(f for f in current.features if f not in base and f not in WORD_FEATURES))
     return base
 
 
-def never_low_kinds(current: Fit | None, with_head: bool = True) -> tuple[str, ...]:
-    """The answer kinds a new fit never calls "low" (``Fit.never_low``): the fit in use's, and, for a model
-    without an MLM head, ``NO_HEAD_NEVER_LOW``."""
-    kinds = tuple(current.never_low) if current is not None else ()
-    extra = () if with_head else tuple(k for k in NO_HEAD_NEVER_LOW if k not in kinds)
-    return (*kinds, *extra)
+def never_low_kinds(with_head: bool) -> tuple[str, ...]:
+    """The answer kinds a new fit never calls "low" (``Fit.never_low``): ``NO_HEAD_NEVER_LOW`` for a model
+    without an MLM head, none for one with a head (BERT tells a question that wants a date), whatever
+    the fit in use (a model with a head answering by kNN alone falls back to MiniLM's shipped fit)."""
+    return () if with_head else NO_HEAD_NEVER_LOW
 
 
 def write_calibration(
@@ -130,9 +129,7 @@ def write_calibration(
             )
     about = {"model": model, "stored": f"fitted by eval calibrate on {len(rows):,} answers ({out})"}
     try:
-        fit, check = calibrate(
-            rows, features, about, never_low_kinds(current[0] if current else None, has_head)
-        )
+        fit, check = calibrate(rows, features, about, never_low_kinds(has_head))
     except ValueError as exc:
         raise ConfigError(f"cannot fit confidence: {exc}") from None
     keep, why = judge_new_fit(rows, check, *current) if current is not None else (True, "no fit in use")
