@@ -50,11 +50,13 @@ from bertknn_search.eval.calibration import (
     Measured,
     bert_alone_rows,
     calibrate,
+    checkpoint_lines,
     choose_bands,
     from_lines,
     kind,
     kinds_left_out,
     left_out_fits,
+    partial_answers,
     summary,
 )
 from bertknn_search.eval.datasets import Fact, read_facts
@@ -151,8 +153,7 @@ def answered(
         result = evaluate(searcher, facts, config, out, batch_size=batch, resume=False)
     finally:
         searcher.close()
-    lines = [json.loads(text) for text in result.checkpoint.read_text(encoding="utf-8").splitlines()]
-    return from_lines(lines), time.perf_counter() - start
+    return from_lines(checkpoint_lines(result.checkpoint)), time.perf_counter() - start
 
 
 def scored_left_out(rows: Sequence[Measured], fits: dict[str, Any]) -> list[float]:
@@ -341,15 +342,9 @@ def from_checkpoint(args: argparse.Namespace) -> None:
     answer of the first, the partial answers of the others (budget runs)."""
     load = load_average()
     first, *others = args.from_checkpoint
-    lines = [json.loads(t) for t in first.read_text(encoding="utf-8").splitlines() if t.strip()]
+    lines = checkpoint_lines(first)
     exact = from_lines(lines)
-    partial: list[Measured] = []
-    for other in others:
-        text = other.read_text(encoding="utf-8").splitlines()
-        rows = from_lines(json.loads(t) for t in text if t.strip())
-        partial += [
-            dataclasses.replace(r, key=f"{r.key}#{other.parent.name}") for r in rows if r.signals.partial
-        ]
+    partial = partial_answers(others)
     rows = [*exact, *partial]
     run = json.loads((first.parent / "run.json").read_text(encoding="utf-8"))
     name = Path(args.model or "model").name
@@ -480,8 +475,7 @@ def main() -> None:
         ingest(corpus, base, progress=False)
     facts = read_facts(lama=lama, corpora=["T-REx"], relations=relations, per_relation=args.per_relation)
     exact, seconds = answered(base.replace(exact=True), facts, args.work / "eval-exact")
-    text = (args.work / "eval-exact" / "facts.jsonl").read_text(encoding="utf-8")
-    exact_lines = [json.loads(t) for t in text.splitlines() if t.strip()]
+    exact_lines = checkpoint_lines(args.work / "eval-exact" / "facts.jsonl")
     subset = read_facts(lama=lama, corpora=["T-REx"], relations=relations, per_relation=args.partial_facts)
     partial: list[Measured] = []
     partial_runs = []

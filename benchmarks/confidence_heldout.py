@@ -18,31 +18,21 @@ and P@1 per level.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from common import environment, load_average
 
-from bertknn_search.eval.calibration import Measured, by_kind, from_lines, summary_by_chance
+from bertknn_search.eval.calibration import (
+    Measured,
+    by_kind,
+    checkpoint_lines,
+    from_lines,
+    partial_answers,
+    summary_by_chance,
+)
 from bertknn_search.query.confidence import Fit
-
-
-def read(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(t) for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
-
-
-def answers(first: Path, others: list[Path]) -> tuple[list[Measured], list[Measured]]:
-    """Every answer of the first checkpoint, and the partial answers of the others (budget runs)."""
-    exact = from_lines(read(first))
-    partial = [
-        dataclasses.replace(r, key=f"{r.key}#{path.parent.name}")
-        for path in others
-        for r in from_lines(read(path))
-        if r.signals.partial
-    ]
-    return exact, partial
 
 
 def scored(exact: list[Measured], partial: list[Measured], fit: Fit) -> dict[str, Any]:
@@ -66,7 +56,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     load = load_average()
-    exact, partial = answers(args.checkpoints[0], args.checkpoints[1:])
+    exact = from_lines(checkpoint_lines(args.checkpoints[0]))
+    partial = partial_answers(args.checkpoints[1:])
     fits = {name: Fit.read(Path(path)) for name, _, path in (f.partition("=") for f in args.fit)}
     results: dict[str, Any] = {
         "environment": environment("cpu"),

@@ -10,9 +10,11 @@ those left-out scores. ``eval calibrate`` and ``benchmarks/bench_confidence.py``
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -259,18 +261,8 @@ def choose_bands(
     return high, medium
 
 
-def band_table(
-    p: Sequence[float],
-    hits: Sequence[bool],
-    votes: Sequence[int],
-    model: Fit,
-    agrees: Sequence[bool] | None = None,
-    kinds: Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """Per band (``model.level``): answers, right answers and P@1 (None: empty)."""
-    agrees = agrees if agrees is not None else [True] * len(p)
-    kinds = kinds if kinds is not None else ["word"] * len(p)
-    levels = [model.level(float(x), int(v), a, kind=k) for x, v, a, k in zip(p, votes, agrees, kinds)]
+def band_table(levels: Sequence[str], hits: Sequence[bool]) -> dict[str, Any]:
+    """Per band (each answer's ``Fit.level``): answers, right answers and P@1 (None: empty)."""
     table: dict[str, Any] = {}
     for name in reversed(LEVELS):
         chosen = [h for lv, h in zip(levels, hits) if lv == name]
@@ -296,7 +288,7 @@ def summary(rows: Sequence[Measured], p: Sequence[float], model: Fit) -> dict[st
         "mean_p": round(float(np.mean(p)), 4) if len(rows) else None,
         "auroc": _round(auc(p, hits)),
         "ece": _round(ece(p, hits)),
-        "bands": band_table(p, hits, votes, model, [s.kind_agrees for s in said], [s.kind for s in said]),
+        "bands": band_table(levels, hits),
         "high_on_one_vote": sum(lv == "high" and v < MIN_HIGH_VOTES for lv, v in zip(levels, votes)),
         "wrong_kind": sum(not r.signals.kind_agrees for r in rows),
         "wrong_kind_right": sum(r.hit and not r.signals.kind_agrees for r in rows),
@@ -409,6 +401,22 @@ def calibrate(
     info["bands_P@1"] = {name: head["bands"][name]["P@1"] for name in reversed(LEVELS)}
     final = fit(rows, features, (high, medium), info, never_low)
     return final, report
+
+
+def checkpoint_lines(path: Path) -> list[dict[str, Any]]:
+    """An evaluation's checkpoint (``facts.jsonl``), a line a fact."""
+    return [json.loads(t) for t in Path(path).read_text(encoding="utf-8").splitlines() if t.strip()]
+
+
+def partial_answers(checkpoints: Iterable[Path]) -> list[Measured]:
+    """The partial answers of budget runs' checkpoints, each keyed by its run's folder as well (the same
+    fact answered under two budgets is two answers)."""
+    return [
+        dataclasses.replace(r, key=f"{r.key}#{Path(path).parent.name}")
+        for path in checkpoints
+        for r in from_lines(checkpoint_lines(path))
+        if r.signals.partial
+    ]
 
 
 def from_lines(lines: Iterable[Mapping[str, Any]]) -> list[Measured]:

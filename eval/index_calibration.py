@@ -13,6 +13,7 @@ from bertknn_search.eval.calibration import (
     DEFAULT_FEATURES,
     Measured,
     calibrate,
+    checkpoint_lines,
     from_lines,
 )
 from bertknn_search.eval.reliability import auc, ece
@@ -106,8 +107,7 @@ def write_calibration(
     Raises:
         ConfigError: answers of fewer than two relations, or none right or none wrong.
     """
-    text = Path(checkpoint).read_text(encoding="utf-8")
-    rows = from_lines(json.loads(line) for line in text.splitlines() if line.strip())
+    rows = from_lines(checkpoint_lines(checkpoint))
     relations = sorted({r.relation for r in rows})
     if len(relations) < 2 or len({r.hit for r in rows}) < 2:
         raise ConfigError(

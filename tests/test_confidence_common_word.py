@@ -19,6 +19,7 @@ from bertknn_search.query.confidence import FEATURES, WORD_FEATURES, Signals, sh
 from bertknn_search.query.search import Question, Searcher
 from bertknn_search.query.signals_json import signals_from_json, signals_json
 from bertknn_search.query.word_frequency import COMMON, above_common, zipf
+from tests.test_eval_harness import born_facts
 
 common = FEATURES["common_word"]
 
@@ -101,17 +102,7 @@ def test_the_query_path_and_an_evaluation_read_the_same_word(
     word: under a fit that reads it (MiniLM's), a live answer's ``p`` is the one its line records."""
     fit = shipped("confidence_fit.json")
     monkeypatch.setattr(searcher, "_fit", (fit, "shipped:confidence_fit.json"))
-    scorable = [
-        Fact(
-            "Synthetic",
-            "born",
-            f"{f.person.title()} was born in [MASK] .",
-            (f.city,),
-            f.person.title(),
-            f.person,
-        )
-        for f in facts[:6]
-    ] + [
+    scorable = born_facts(facts[:6]) + [
         # answered with common words ('born', 'in'): their frequency moves p
         Fact(
             "Synthetic",

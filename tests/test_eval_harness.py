@@ -20,10 +20,9 @@ from bertknn_search.records import Question
 MODELS = ("bert", "knn", "bert_knn")
 
 
-@pytest.fixture(scope="module")
-def scorable(facts: list[demo.Fact]) -> list[Fact]:
-    """Two relations over the invented people; every answer is one token of the tiny vocabulary."""
-    born = [
+def born_facts(facts: list[demo.Fact]) -> list[Fact]:
+    """Where each invented person was born, as an evaluation's facts (the answer is one token)."""
+    return [
         Fact(
             "Synthetic",
             "born",
@@ -34,6 +33,12 @@ def scorable(facts: list[demo.Fact]) -> list[Fact]:
         )
         for f in facts
     ]
+
+
+@pytest.fixture(scope="module")
+def scorable(facts: list[demo.Fact]) -> list[Fact]:
+    """Two relations over the invented people; every answer is one token of the tiny vocabulary."""
+    born = born_facts(facts)
     job = [
         Fact(
             "Synthetic",
