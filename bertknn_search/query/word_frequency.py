@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 import msgpack
@@ -49,7 +49,6 @@ def _table() -> dict[str, float]:
     return table
 
 
-@lru_cache(maxsize=65536)
 def zipf(word: str) -> float | None:
     """``word``'s Zipf frequency in English (0: rarer than the list holds); None for what is no word
     to look up: a continuation wordpiece (``##s``), nothing, or digits (wordfreq spreads numbers over
